@@ -1,0 +1,150 @@
+#!/usr/bin/env node
+// `tollbooth <verb>`: argv → start | check | admin verbs (SPEC §2). Thin on purpose: loading lives in
+// config/load.ts, the verbs in admin.ts, the server in start.ts. Exit codes: 0 ok, 1 a config, store
+// or look-up error (the message says what to fix), 2 a bad invocation (usage on stderr).
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import pino from 'pino';
+import { stringify } from 'yaml';
+import { grantCredits, listCharges, showHandle, type AdminContext } from './admin.js';
+import { loadConfig } from './config/load.js';
+import { maskSecrets } from './config/mask.js';
+import { isGatewayError } from './errors.js';
+import { createLogger } from './observability/logger.js';
+import { createStore } from './store/create.js';
+
+const DEFAULT_CONFIG = 'config/tollbooth.yaml';
+
+const USAGE = `usage: tollbooth <command> [--config FILE]
+
+commands:
+  start                                    run the gateway
+  check                                    validate the config, print it (defaults applied, secrets masked)
+  handle show <handle|fingerprint>         a handle's principal, balances and expiry
+  credits grant <handle|fingerprint> --sku SKU --credits N --reason TEXT
+                                           add credits by hand (logged as evt "admin_grant")
+  charges list [--status pending|underpaid|settled|abandoned]
+
+--config FILE defaults to $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG}.
+`;
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+type Values = Record<string, string | boolean | undefined>;
+
+interface Verb {
+  positionals: string[]; // names, for the usage error
+  options: Options;
+  run: (configPath: string, positionals: string[], values: Values) => Promise<number | void>;
+}
+
+const stringOption = { type: 'string' } as const;
+
+const VERBS: Record<string, Verb> = {
+  start: {
+    positionals: [],
+    options: {},
+    run: async (configPath) => {
+      const config = loadConfig(configPath);
+      // Loaded lazily: check and the admin verbs need neither fastify nor the upstream machinery.
+      const { startGateway } = await import('./start.js');
+      await startGateway(config, { configPath });
+    },
+  },
+  check: {
+    positionals: [],
+    options: {},
+    run: async (configPath) => {
+      const config = loadConfig(configPath);
+      process.stdout.write(`# ${configPath} is valid. Effective config: defaults applied, durations in ms, sizes in bytes, secrets masked.\n`);
+      process.stdout.write(stringify(maskSecrets(config)));
+      return 0;
+    },
+  },
+  'handle show': {
+    positionals: ['handle|fingerprint'],
+    options: {},
+    run: (configPath, [reference]) => withAdmin(configPath, (context) => showHandle(context, reference as string)),
+  },
+  'credits grant': {
+    positionals: ['handle|fingerprint'],
+    options: { sku: stringOption, credits: stringOption, reason: stringOption },
+    run: (configPath, [reference], values) =>
+      withAdmin(configPath, async (context) => {
+        await grantCredits(context, reference as string, { sku: asString(values.sku), credits: asString(values.credits), reason: asString(values.reason) });
+      }),
+  },
+  'charges list': {
+    positionals: [],
+    options: { status: stringOption },
+    run: (configPath, _positionals, values) => withAdmin(configPath, (context) => listCharges(context, asString(values.status))),
+  },
+};
+
+class UsageError extends Error {}
+
+async function main(argv: string[]): Promise<number> {
+  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
+    (argv.length === 0 ? process.stderr : process.stdout).write(USAGE);
+    return argv.length === 0 ? 2 : 0;
+  }
+  try {
+    const { verb, rest } = findVerb(argv);
+    const { values, positionals } = parseArgs({
+      args: rest,
+      options: { ...verb.options, config: stringOption },
+      allowPositionals: true,
+      strict: true,
+    });
+    if (positionals.length !== verb.positionals.length) {
+      const wanted = verb.positionals.length === 0 ? 'no arguments' : verb.positionals.map((name) => `<${name}>`).join(' ');
+      throw new UsageError(`expected ${wanted}, got ${positionals.length === 0 ? 'none' : positionals.join(' ')}`);
+    }
+    const configPath = asString(values.config) ?? process.env.TOLLBOOTH_CONFIG ?? DEFAULT_CONFIG;
+    return (await verb.run(configPath, positionals, values)) ?? 0;
+  } catch (error) {
+    return report(error);
+  }
+}
+
+function findVerb(argv: string[]): { verb: Verb; rest: string[] } {
+  const [first = '', second = ''] = argv;
+  const two = VERBS[`${first} ${second}`];
+  if (two) return { verb: two, rest: argv.slice(2) };
+  const one = VERBS[first];
+  if (one && !first.includes(' ')) return { verb: one, rest: argv.slice(1) };
+  throw new UsageError(`unknown command ${JSON.stringify(argv.slice(0, 2).join(' '))}`);
+}
+
+function report(error: unknown): number {
+  // parseArgs throws TypeErrors with ERR_PARSE_ARGS_* codes for unknown or malformed flags.
+  const parseArgsError = typeof (error as NodeJS.ErrnoException).code === 'string' && (error as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS');
+  if (error instanceof UsageError || parseArgsError) {
+    process.stderr.write(`tollbooth: ${(error as Error).message}\n\n${USAGE}`);
+    return 2;
+  }
+  if (isGatewayError(error)) {
+    const heading = error.code === 'TB_ERR_CONFIG_INVALID' ? 'invalid configuration:\n' : '';
+    process.stderr.write(`tollbooth: ${heading}${error.message}\n`);
+    return error.code === 'TB_ERR_INVALID_PARAMS' ? 2 : 1;
+  }
+  process.stderr.write(`tollbooth: ${(error as Error)?.stack ?? String(error)}\n`);
+  return 1;
+}
+
+async function withAdmin(configPath: string, verb: (context: AdminContext) => Promise<void>): Promise<number> {
+  const config = loadConfig(configPath);
+  // Logs (the admin_grant audit line) go to stderr so stdout stays the verb's readable output.
+  const logger = createLogger(config.logging.level, pino.destination({ dest: 2, sync: true }));
+  const store = await createStore(config, { logger });
+  try {
+    await verb({ store, config, out: (line) => process.stdout.write(`${line}\n`), logger });
+    return 0;
+  } finally {
+    await store.close();
+  }
+}
+
+function asString(value: string | boolean | undefined): string | undefined {
+  return typeof value === 'string' ? value : undefined;
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,216 @@
+// The one description of tollbooth.yaml (SPEC §3). The TypeScript type, validation, defaults and the
+// generated JSON Schema (config/tollbooth.schema.json, scripts/write-schema.mjs) all derive from it.
+// Durations and sizes are normalised here: every duration is milliseconds, every size is bytes.
+// Messages are noun phrases saying what was expected: the loader (load.ts) prints them as
+// "<file>:<line>:<col> <path>: expected <message>, found <what the YAML holds>". A refinement that
+// cannot be judged from the one node at its path passes `params.found` to say what was found.
+import { z } from 'zod';
+
+const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
+
+const DURATION_EXPECTED = 'a duration such as "500ms", "20s", "60m", "1h" or "30d", or an integer number of milliseconds';
+/** `500ms`, `20s`, `60m`, `1h`, `30d`, or an integer number of milliseconds. */
+export const duration = z
+  .union([z.int(DURATION_EXPECTED).nonnegative(DURATION_EXPECTED), z.string().regex(/^\d+(ms|s|m|h|d)$/, DURATION_EXPECTED)], DURATION_EXPECTED)
+  .transform((value) => {
+    if (typeof value === 'number') return value;
+    const [, digits, unit] = /^(\d+)(ms|s|m|h|d)$/.exec(value) as RegExpExecArray;
+    return Number(digits) * (DURATION_UNITS_MS[unit as string] as number);
+  })
+  .meta({ description: 'a duration: "500ms", "20s", "60m", "1h", "30d", or an integer in milliseconds' });
+
+const SIZE_EXPECTED = 'a size such as "64kb" or "4mb" (binary units), or a positive integer number of bytes';
+/** `4mb`, `64kb` (binary units: kb = 1024 bytes), or an integer number of bytes. */
+export const byteSize = z
+  .union([z.int(SIZE_EXPECTED).positive(SIZE_EXPECTED), z.string().regex(/^\d+([bB]|[kKmMgG][bB])$/, SIZE_EXPECTED)], SIZE_EXPECTED)
+  .transform((value) => {
+    if (typeof value === 'number') return value;
+    const [, digits, unit] = /^(\d+)(b|kb|mb|gb)$/i.exec(value) as RegExpExecArray;
+    return Number(digits) * (SIZE_UNITS[(unit as string).toLowerCase()] as number);
+  })
+  .meta({ description: 'a size in binary units: "64kb", "4mb", or an integer in bytes' });
+
+/** A positive decimal string with at most 6 decimals ("5.00"); a YAML number is refused on purpose. */
+export const decimalAmount = z
+  .string('a decimal amount written as a string, e.g. "5.00" (quote it in YAML)')
+  .regex(/^\d+(\.\d{1,6})?$/, 'a positive decimal string with at most 6 decimals, e.g. "5.00"')
+  .refine((value) => /[1-9]/.test(value), 'an amount greater than zero');
+
+const httpUrl = z.url({ protocol: /^https?$/, error: 'an absolute http(s) URL' });
+const isHttpUrl = (value: string): boolean => httpUrl.safeParse(value).success;
+/** An optional URL that may also be written as "" (an unset `${VAR}`), which means "not set". */
+const optionalHttpUrl = z.union([httpUrl, z.literal('')], 'an absolute http(s) URL, or "" for none').optional();
+const fraction = z.number('a fraction in [0, 1)').min(0, 'a fraction in [0, 1)').lt(1, 'a fraction in [0, 1)');
+const positiveInt = z.int('a positive integer').positive('a positive integer');
+const redisUrl = z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL');
+
+const serverSchema = z.strictObject({
+  host: z.string().default('127.0.0.1'),
+  port: z.int().min(0).max(65535).default(8080),
+  mcpPath: z.string().regex(/^\/\S*$/, 'a path starting with "/"').default('/mcp'),
+  publicUrl: optionalHttpUrl,
+  allowedOrigins: z.array(z.string()).default([]),
+  allowedHosts: z.array(z.string()).default([]),
+  bodyLimit: byteSize.default(4 * 1024 ** 2),
+  trustProxy: z.boolean().default(false),
+});
+
+const upstreamSchema = z
+  .strictObject({
+    url: httpUrl.optional(),
+    command: z.array(z.string()).min(1, 'a command with at least the program name').optional(),
+    headers: z.record(z.string(), z.string()).default({}),
+    callDeadline: duration.default(20_000),
+    maxResponseBytes: byteSize.default(16 * 1024 ** 2),
+  })
+  .superRefine((value, ctx) => {
+    const count = Number(value.url !== undefined) + Number(value.command !== undefined);
+    if (count !== 1) {
+      ctx.addIssue({ code: 'custom', message: 'exactly one of upstream.url or upstream.command', input: value, params: { found: count === 0 ? 'neither' : 'both' } });
+    }
+  });
+
+const storeSchema = z
+  .strictObject({
+    type: z.enum(['memory', 'redis']).default('memory'),
+    redis: z
+      .strictObject({
+        url: z
+          .union([redisUrl, z.literal('')], 'a redis:// or rediss:// URL, or "" for none')
+          .optional()
+          .transform((url) => url || undefined),
+        cluster: z.array(redisUrl).min(1).optional(),
+        keyPrefix: z.string().default('tollbooth:'),
+      })
+      .optional(),
+  })
+  .superRefine((value, ctx) => {
+    if (value.type !== 'redis') return;
+    const count = Number(Boolean(value.redis?.url)) + Number(value.redis?.cluster !== undefined);
+    if (count !== 1) {
+      ctx.addIssue({ code: 'custom', path: ['redis'], message: 'exactly one of store.redis.url or store.redis.cluster when store.type is redis', input: value.redis, params: { found: count === 0 ? 'neither' : 'both' } });
+    }
+  });
+
+const paymentsSchema = z
+  .strictObject({
+    provider: z.enum(['dev', 'moove']).default('dev'),
+    chargeTtl: duration.refine((ms) => ms >= 15 * 60_000, 'a duration of at least 15m').default(60 * 60_000),
+    moove: z
+      .strictObject({
+        apiKey: z.string().default(''),
+        baseUrl: httpUrl.default('https://api.moove.xyz'),
+        webhookSecret: z.string().default(''),
+      })
+      .prefault({}),
+    settlement: z
+      .strictObject({ tolerance: fraction.default(0.005), minimumFraction: fraction.default(0.1) })
+      .refine((s) => s.minimumFraction <= 1 - s.tolerance, { message: 'a minimumFraction ≤ 1 − tolerance', path: ['minimumFraction'] })
+      .prefault({}),
+    reconcile: z.strictObject({ interval: duration.default(60_000) }).prefault({}),
+  })
+  .superRefine((value, ctx) => {
+    if (value.provider === 'moove' && value.moove.apiKey === '') {
+      ctx.addIssue({ code: 'custom', path: ['moove', 'apiKey'], message: 'a non-empty apiKey because payments.provider is moove (set MOOVE_API_KEY)', input: '' });
+    }
+  });
+
+const skuSchema = z
+  .strictObject({
+    label: z.string().min(1, 'a non-empty label'),
+    amount: decimalAmount,
+    currency: z.string().min(1, 'a non-empty currency code, e.g. USDC'),
+    credits: positiveInt,
+    allowBelowMinimum: z.boolean().default(false),
+  })
+  .superRefine((sku, ctx) => {
+    if (!sku.allowBelowMinimum && compareDecimal(sku.amount, '5') < 0) {
+      ctx.addIssue({ code: 'custom', path: ['amount'], message: 'an amount of at least 5.00 (credit packs under 5.00 are refused unless the SKU sets allowBelowMinimum: true)', input: sku.amount });
+    }
+  });
+
+const toolPriceSchema = z.strictObject({
+  sku: z.string(),
+  cost: positiveInt,
+  charge: z.enum(['success', 'attempt']).default('success'),
+});
+
+const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst: positiveInt });
+
+const authSchema = z
+  .strictObject({
+    mode: z.enum(['none', 'oauth']).default('none'),
+    issuer: z.string().default(''),
+    jwksUrl: z.string().default(''),
+    audience: z.string().nullable().default(null),
+    algorithms: z.array(z.enum(['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'])).min(1).default(['RS256', 'ES256', 'EdDSA']),
+    authorizationServers: z.array(z.string()).default([]),
+    requiredScopes: z.array(z.string()).default([]),
+    toolScopes: z.record(z.string(), z.array(z.string())).default({}),
+  })
+  .superRefine((value, ctx) => {
+    if (value.mode !== 'oauth') return;
+    if (!value.issuer) ctx.addIssue({ code: 'custom', path: ['issuer'], message: 'a non-empty issuer because auth.mode is oauth', input: value.issuer });
+    if (!isHttpUrl(value.jwksUrl)) ctx.addIssue({ code: 'custom', path: ['jwksUrl'], message: 'an absolute http(s) jwksUrl because auth.mode is oauth', input: value.jwksUrl });
+  });
+
+export const configSchema = z
+  .strictObject({
+    server: serverSchema.prefault({}),
+    upstream: upstreamSchema,
+    store: storeSchema.prefault({}),
+    payments: paymentsSchema.prefault({}),
+    skus: z.record(z.string(), skuSchema).default({}),
+    tools: z.record(z.string(), toolPriceSchema).default({}),
+    handles: z
+      .strictObject({
+        argumentName: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an identifier').default('tollboothToken'),
+        ttl: duration.refine((ms) => ms >= 3_600_000, 'a duration of at least 1h').default(30 * 86_400_000),
+        // Per-deployment secret for the keyed handle hash (HMAC-SHA-256); empty = plain SHA-256.
+        hashSecret: z.string().default(''),
+      })
+      .prefault({}),
+    limits: z
+      .strictObject({
+        perHandle: rateSchema.default({ ratePerSecond: 2, burst: 10 }),
+        challengesPerClient: rateSchema.default({ ratePerSecond: 0.2, burst: 5 }),
+      })
+      .prefault({}),
+    auth: authSchema.prefault({}),
+    metrics: z.strictObject({ enabled: z.boolean().default(true), path: z.string().regex(/^\//, 'a path starting with "/"').default('/metrics') }).prefault({}),
+    logging: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).prefault({}),
+  })
+  .superRefine((config, ctx) => {
+    for (const [tool, price] of Object.entries(config.tools)) {
+      if (!Object.hasOwn(config.skus, price.sku)) {
+        ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
+      }
+    }
+    if (config.auth.mode === 'oauth' && !config.server.publicUrl) {
+      ctx.addIssue({ code: 'custom', path: ['server', 'publicUrl'], message: 'an absolute http(s) server.publicUrl because auth.mode is oauth', input: config.server.publicUrl });
+    }
+  })
+  .transform((config) => {
+    const publicUrl = config.server.publicUrl || `http://${config.server.host}:${config.server.port}${config.server.mcpPath}`;
+    return {
+      ...config,
+      server: { ...config.server, publicUrl },
+      auth: { ...config.auth, audience: config.auth.audience ?? publicUrl },
+    };
+  });
+
+export type ConfigInput = z.input<typeof configSchema>;
+export type GatewayConfig = z.output<typeof configSchema>;
+export type SkuConfig = GatewayConfig['skus'][string];
+export type ToolPrice = GatewayConfig['tools'][string];
+
+/** Compares two non-negative decimal strings exactly (no floats): -1, 0 or 1. */
+export function compareDecimal(a: string, b: string): number {
+  const [ai = '0', af = ''] = a.split('.');
+  const [bi = '0', bf = ''] = b.split('.');
+  const width = Math.max(af.length, bf.length);
+  const x = BigInt(ai + af.padEnd(width, '0'));
+  const y = BigInt(bi + bf.padEnd(width, '0'));
+  return x < y ? -1 : x > y ? 1 : 0;
+}

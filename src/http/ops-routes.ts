@@ -1,0 +1,41 @@
+// Operator endpoints (SPEC §4, §10): liveness, readiness (store ping ≤ 500 ms, upstream probe), metrics.
+import type { FastifyInstance } from 'fastify';
+import type { Metrics } from '../observability/metrics.js';
+import type { Upstream } from '../proxy/upstream.js';
+import type { Store } from '../store/store.js';
+
+const STORE_PING_TIMEOUT_MS = 500;
+
+export function registerOpsRoutes(app: FastifyInstance, deps: { store: Store; upstream: Upstream; metrics: Metrics; metricsConfig: { enabled: boolean; path: string } }): void {
+  app.get('/healthz', async () => ({ ok: true }));
+
+  app.get('/readyz', async (_request, reply) => {
+    const [store, upstream] = await Promise.all([pingStore(deps.store), deps.upstream.probe()]);
+    const body = { ok: store.ok && upstream.ok, store, upstream };
+    return reply.code(body.ok ? 200 : 503).send(body);
+  });
+
+  if (deps.metricsConfig.enabled) {
+    app.get(deps.metricsConfig.path, async (_request, reply) => {
+      const text = await deps.metrics.registry.metrics();
+      return reply.type(deps.metrics.registry.contentType).send(text);
+    });
+  }
+}
+
+async function pingStore(store: Store): Promise<{ ok: boolean; detail: string }> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      store.ping(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error('timeout')), STORE_PING_TIMEOUT_MS);
+      }),
+    ]);
+    return { ok: true, detail: `${store.kind} store answered` };
+  } catch {
+    return { ok: false, detail: `${store.kind} store did not answer within ${STORE_PING_TIMEOUT_MS} ms` };
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,29 @@
+// pino, JSON lines, with redaction paths compiled once at construction. The call path never hands a
+// handle, bearer token, checkout URL or argument to the logger in the first place; redaction is the
+// second line of defence for headers and error objects.
+import pino, { type Logger } from 'pino';
+
+export type { Logger };
+
+const REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers.cookie',
+  'headers.authorization',
+  'headers.cookie',
+  '*.apiKey',
+  '*.webhookSecret',
+  '*.hashSecret',
+  'apiKey',
+  'webhookSecret',
+];
+
+export function createLogger(level: string, destination?: pino.DestinationStream): Logger {
+  const options: pino.LoggerOptions = {
+    level,
+    base: { name: 'tollbooth' },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    formatters: { level: (label) => ({ level: label }) },
+  };
+  return destination ? pino(options, destination) : pino(options);
+}

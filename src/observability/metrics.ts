@@ -1,0 +1,81 @@
+// Every metric name the gateway exports, declared once (SPEC §10). Labels are declared up front and
+// carry only bounded values: method names from a fixed list, tool/SKU names from the config.
+import client from 'prom-client';
+
+// 0.25 ms … 30 s
+const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error';
+export type CreditKind = 'granted' | 'spent' | 'refunded';
+export type SettlementResult = 'granted' | 'partial' | 'underpaid' | 'expired';
+
+/** MCP method names as metric labels: known ones as they are, anything else `other` (bounded cardinality). */
+const KNOWN_METHODS = new Set([
+  'initialize', 'ping', 'tools/list', 'tools/call', 'resources/list', 'resources/read', 'resources/templates/list',
+  'resources/subscribe', 'resources/unsubscribe', 'prompts/list', 'prompts/get', 'completion/complete', 'logging/setLevel',
+  'server/discover', 'notifications/initialized', 'notifications/cancelled', 'notifications/progress', 'batch', 'GET', 'DELETE',
+]);
+export const methodLabel = (method: string): string => (KNOWN_METHODS.has(method) ? method : 'other');
+
+export interface Metrics {
+  registry: client.Registry;
+  mcpRequests: client.Counter<'method' | 'era' | 'status'>;
+  mcpRequestDuration: client.Histogram<'method'>;
+  paidCalls: client.Counter<'tool' | 'sku' | 'outcome'>;
+  credits: client.Counter<'sku' | 'kind'>;
+  settlements: client.Counter<'sku' | 'result'>;
+  chargesOpened: client.Counter<'sku'>;
+  pendingCharges: client.Gauge;
+  upstreamDuration: client.Histogram<'method' | 'outcome'>;
+  providerRequests: client.Counter<'op' | 'status'>;
+  storeErrors: client.Counter<'op'>;
+  authFailures: client.Counter<'reason'>;
+  /** Set to 1 when a store ping succeeds, 0 when it fails (alert TollboothRedisDown). */
+  storeUp: client.Gauge;
+  /** Set to the unix time (seconds) at the end of every reconciler pass this replica ran. */
+  reconcilerLastRun: client.Gauge;
+}
+
+/**
+ * One registry per gateway instance (tests build several in one process).
+ * @param countPending read at scrape time for tollbooth_pending_charges (and tollbooth_store_up)
+ */
+export function createMetrics(countPending: () => Promise<number>): Metrics {
+  const registry = new client.Registry();
+  client.collectDefaultMetrics({ register: registry });
+  // promtool rejects the nodejs_active_*_total gauges (a _total suffix on a gauge).
+  for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) {
+    registry.removeSingleMetric(name);
+  }
+  const registers = [registry];
+  const storeUp = new client.Gauge({ name: 'tollbooth_store_up', help: 'Whether the store answered its last ping (1) or not (0).', registers });
+  return {
+    registry,
+    mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by method, era and HTTP status.', labelNames: ['method', 'era', 'status'], registers }),
+    mcpRequestDuration: new client.Histogram({ name: 'tollbooth_mcp_request_duration_seconds', help: 'Time to answer an MCP request (to response headers for streams).', labelNames: ['method'], buckets: LATENCY_BUCKETS, registers }),
+    paidCalls: new client.Counter({ name: 'tollbooth_paid_calls_total', help: 'Calls of priced tools, by outcome.', labelNames: ['tool', 'sku', 'outcome'], registers }),
+    credits: new client.Counter({ name: 'tollbooth_credits_total', help: 'Credits granted, spent and refunded.', labelNames: ['sku', 'kind'], registers }),
+    settlements: new client.Counter({ name: 'tollbooth_settlements_total', help: 'Charges settled, by result.', labelNames: ['sku', 'result'], registers }),
+    chargesOpened: new client.Counter({ name: 'tollbooth_charges_opened_total', help: 'Checkout links opened.', labelNames: ['sku'], registers }),
+    pendingCharges: new client.Gauge({
+      name: 'tollbooth_pending_charges',
+      help: 'Charges waiting for payment (read from the store at scrape time).',
+      registers,
+      async collect() {
+        // The scrape-time store read doubles as the store's health signal.
+        try {
+          this.set(await countPending());
+          storeUp.set(1);
+        } catch {
+          storeUp.set(0); // keep the last pending count
+        }
+      },
+    }),
+    upstreamDuration: new client.Histogram({ name: 'tollbooth_upstream_duration_seconds', help: 'Upstream request time, by method and outcome.', labelNames: ['method', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
+    providerRequests: new client.Counter({ name: 'tollbooth_provider_requests_total', help: 'Payment provider API requests, by operation and status.', labelNames: ['op', 'status'], registers }),
+    storeErrors: new client.Counter({ name: 'tollbooth_store_errors_total', help: 'Store operations that failed, by operation.', labelNames: ['op'], registers }),
+    authFailures: new client.Counter({ name: 'tollbooth_auth_failures_total', help: 'Requests refused by the OAuth resource server, by reason.', labelNames: ['reason'], registers }),
+    storeUp,
+    reconcilerLastRun: new client.Gauge({ name: 'tollbooth_reconciler_last_run_timestamp_seconds', help: 'Unix time of the last reconciler pass this replica completed (only the lease holder runs it).', registers }),
+  };
+}

@@ -1,0 +1,102 @@
+// The dev provider's checkout page and pay action (SPEC §4, §7.3): a small accessible HTML form.
+// Paying here only marks the link completed; credits are granted by the settlement path
+// (the agent's retry, or the reconciler), exactly as with a real provider.
+import type { FastifyInstance } from 'fastify';
+import type { Store } from '../store/store.js';
+import { parseDecimal } from './decimal.js';
+import { DEV_CHECKOUT_PREFIX } from './dev.js';
+
+const escapeHtml = (text: string): string =>
+  text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);
+
+export function registerDevCheckout(app: FastifyInstance, deps: { store: Store; now?: () => number; onPaid?: (linkId: string) => Promise<unknown> }): void {
+  const now = deps.now ?? Date.now;
+
+  app.get<{ Params: { id: string } }>(`${DEV_CHECKOUT_PREFIX}:id`, async (request, reply) => {
+    const link = await deps.store.getDevLink(request.params.id);
+    reply.header('cache-control', 'no-store').header('referrer-policy', 'no-referrer').type('text/html; charset=utf-8');
+    if (!link) return reply.code(404).send(page('Checkout not found', '<p>This checkout link does not exist or has expired.</p>'));
+    const expired = link.status === 'active' && link.expiresAt <= now();
+    const title = `Pay ${link.amount} ${link.currency}`;
+    const summary = `<dl>
+  <dt>Item</dt><dd id="label">${escapeHtml(link.label)}</dd>
+  <dt>Price</dt><dd id="amount">${escapeHtml(link.amount)} ${escapeHtml(link.currency)}</dd>
+  <dt>Credits</dt><dd id="credits">${link.credits}</dd>
+</dl>`;
+    if (link.status === 'completed') return reply.send(page(title, `${summary}<p role="status" id="status">Paid. You can return to your assistant and tell it you have paid.</p>`));
+    if (expired || link.status === 'expired') return reply.code(410).send(page(title, `${summary}<p role="status" id="status">This checkout link has expired. Ask your assistant to try again for a new link.</p>`));
+    return reply.send(
+      page(
+        title,
+        `${summary}
+<p class="warning">Development checkout: no real money moves.</p>
+<form method="post" action="${DEV_CHECKOUT_PREFIX}${encodeURIComponent(link.id)}/pay">
+  <label for="received">Amount to send (${escapeHtml(link.currency)}), to try an underpayment</label>
+  <input id="received" name="received" inputmode="decimal" value="${escapeHtml(link.amount)}" pattern="\\d+(\\.\\d{1,6})?">
+  <button type="submit" id="pay">Pay ${escapeHtml(link.amount)} ${escapeHtml(link.currency)}</button>
+</form>`,
+      ),
+    );
+  });
+
+  app.post<{ Params: { id: string }; Body: unknown }>(`${DEV_CHECKOUT_PREFIX}:id/pay`, async (request, reply) => {
+    const link = await deps.store.getDevLink(request.params.id);
+    if (!link) return reply.code(404).send({ error: 'checkout link not found' });
+    const received = receivedFrom(request.body) ?? link.amount;
+    if (!isDecimal(received)) return reply.code(400).send({ error: 'received must be a decimal amount such as 5.00' });
+    const paid = await deps.store.payDevLink(link.id, received);
+    if (!paid) return reply.code(409).send({ error: 'this checkout link is no longer payable' });
+    // Like a provider webhook: settle now, so the agent's very next retry finds the credits.
+    await deps.onPaid?.(link.id).catch(() => undefined);
+    return reply.code(303).header('location', `${DEV_CHECKOUT_PREFIX}${encodeURIComponent(link.id)}`).send();
+  });
+}
+
+function receivedFrom(body: unknown): string | undefined {
+  if (typeof body === 'string') {
+    const value = new URLSearchParams(body).get('received');
+    return value === null || value.trim() === '' ? undefined : value.trim();
+  }
+  if (body && typeof body === 'object' && 'received' in body) {
+    const value = (body as { received: unknown }).received;
+    return typeof value === 'string' && value.trim() !== '' ? value.trim() : undefined;
+  }
+  return undefined;
+}
+
+function isDecimal(text: string): boolean {
+  try {
+    parseDecimal(text);
+    return /^\d+(\.\d{1,6})?$/.test(text);
+  } catch {
+    return false;
+  }
+}
+
+function page(title: string, body: string): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${escapeHtml(title)} · Tollbooth checkout</title>
+<style>
+  body { font: 16px/1.5 system-ui, sans-serif; max-width: 28rem; margin: 3rem auto; padding: 0 1rem; color: #111; }
+  dl { display: grid; grid-template-columns: auto 1fr; gap: .25rem 1rem; }
+  dt { font-weight: 600; } dd { margin: 0; }
+  label { display: block; margin-top: 1rem; }
+  input { font: inherit; padding: .4rem; width: 10rem; }
+  button { font: inherit; margin-top: 1rem; padding: .6rem 1.2rem; background: #0b57d0; color: #fff; border: 0; border-radius: .3rem; cursor: pointer; }
+  button:focus-visible, input:focus-visible { outline: 3px solid #f9ab00; outline-offset: 2px; }
+  .warning { color: #7a4b00; }
+</style>
+</head>
+<body>
+<main>
+<h1>${escapeHtml(title)}</h1>
+${body}
+</main>
+</body>
+</html>
+`;
+}

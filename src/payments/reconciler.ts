@@ -1,0 +1,102 @@
+// The background reconciler (SPEC §7.6): on one replica at a time (a store lease), it polls charges
+// that are due (a due-time index, never a scan of every charge), abandons expired ones unless the
+// provider says they completed, and releases reservations a crashed gateway left behind (§6.5).
+import { randomUUID } from 'node:crypto';
+import type { Logger } from '../observability/logger.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { Store } from '../store/store.js';
+import type { PaymentProvider } from './provider.js';
+import type { Settler } from './settle.js';
+
+const BATCH = 50; // charges per tick: bounded so one tick never floods the provider
+const STALE_BATCH = 200;
+const MAX_TICK_MS = 3_000; // due polls start ~3 s after opening, so look at least this often
+
+export interface ReconcilerDeps {
+  store: Store;
+  provider: PaymentProvider;
+  settler: Settler;
+  metrics: Metrics;
+  logger: Logger;
+  intervalMs: number;
+  now?: () => number;
+}
+
+export interface TickReport {
+  leader: boolean;
+  polled: number;
+  granted: number;
+  abandoned: number;
+  released: number;
+}
+
+export class Reconciler {
+  readonly #deps: ReconcilerDeps;
+  readonly #owner = randomUUID();
+  readonly #tickMs: number;
+  #timer: NodeJS.Timeout | null = null;
+  #running: Promise<TickReport> | null = null;
+
+  constructor(deps: ReconcilerDeps) {
+    this.#deps = deps;
+    this.#tickMs = Math.min(deps.intervalMs, MAX_TICK_MS);
+  }
+
+  start(): void {
+    const loop = (): void => {
+      this.#timer = setTimeout(() => {
+        void this.tick().finally(() => {
+          if (this.#timer) loop();
+        });
+      }, this.#tickMs);
+      this.#timer.unref();
+    };
+    loop();
+  }
+
+  async stop(): Promise<void> {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    await this.#running?.catch(() => undefined);
+  }
+
+  /** One pass; public so tests and operators can drive it directly. */
+  tick(): Promise<TickReport> {
+    this.#running ??= this.#tick().finally(() => {
+      this.#running = null;
+    });
+    return this.#running;
+  }
+
+  async #tick(): Promise<TickReport> {
+    const { store, settler, metrics, logger } = this.#deps;
+    const now = (this.#deps.now ?? Date.now)();
+    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, released: 0 };
+    try {
+      if (!(await store.acquireLease('reconciler', this.#owner, this.#tickMs * 3))) return report;
+      report.leader = true;
+      for (const charge of await store.dueCharges(now, BATCH)) {
+        try {
+          const observation = await settler.observe(charge);
+          if (observation !== 'skipped') report.polled++;
+          if (observation === 'granted') report.granted++;
+          // Past its life and not completed: abandoned. A late payment is still granted later (§7.5).
+          if ((observation === 'expired' || observation === 'still_pending') && charge.expiresAt <= now) {
+            if (await store.abandonCharge(charge.handleHash, charge.nonce)) {
+              report.abandoned++;
+              metrics.settlements.inc({ sku: charge.sku, result: 'expired' });
+            }
+          }
+        } catch (error) {
+          logger.warn({ evt: 'reconcile_error', sku: charge.sku, code: (error as { code?: string }).code ?? 'unknown' }, 'a charge could not be reconciled; it will be retried');
+        }
+      }
+      report.released = await store.releaseStaleReservations(now, STALE_BATCH);
+      if (report.released > 0) logger.warn({ evt: 'reservations_released', count: report.released }, 'released reservations left by calls that never finished');
+      metrics.reconcilerLastRun.set(now / 1000);
+    } catch (error) {
+      logger.warn({ evt: 'reconcile_error', code: (error as { code?: string }).code ?? 'unknown' }, 'reconciler pass failed; the next one retries');
+    }
+    return report;
+  }
+}

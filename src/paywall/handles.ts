@@ -1,0 +1,23 @@
+// Handles (SPEC §6.1): `tb_s_` + base64url of 16 CSPRNG bytes. The store only ever sees a keyed hash,
+// so a lookup never compares secrets byte by byte and a store dump leaks no bearer credential.
+import { createHash, createHmac, randomBytes } from 'node:crypto';
+
+export const HANDLE_PREFIX = 'tb_s_';
+const HANDLE_PATTERN = /^tb_s_[A-Za-z0-9_-]{22}$/;
+
+export function mintHandle(): string {
+  return HANDLE_PREFIX + randomBytes(16).toString('base64url');
+}
+
+/** Charge nonces: the same 16 CSPRNG bytes, no prefix, never derived from a handle or a link id. */
+export function mintNonce(): string {
+  return randomBytes(16).toString('base64url');
+}
+
+/** Only well-formed handles are ever looked up; anything else is "unknown" without a store round trip. */
+export const isWellFormedHandle = (value: string): boolean => HANDLE_PATTERN.test(value);
+
+/** HMAC-SHA-256 with the per-deployment secret, or SHA-256 when none is configured. Hex. */
+export function hashHandle(handle: string, secret: string): string {
+  return secret ? createHmac('sha256', secret).update(handle).digest('hex') : createHash('sha256').update(handle).digest('hex');
+}

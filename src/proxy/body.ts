@@ -1,0 +1,32 @@
+// Reads an upstream body the gateway has to parse, never past upstream.maxResponseBytes.
+import type { Readable } from 'node:stream';
+import { GatewayError } from '../errors.js';
+
+export async function readCapped(body: Readable, maxBytes: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+    size += buffer.length;
+    if (size > maxBytes) {
+      discard(body);
+      throw new GatewayError('TB_ERR_UPSTREAM_RESPONSE_TOO_LARGE', `the upstream reply exceeded upstream.maxResponseBytes (${maxBytes} bytes)`);
+    }
+    chunks.push(buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+export function parseJsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Drops an upstream body we will not read. The listener keeps a late abort error from crashing the process. */
+export function discard(body: Readable): void {
+  body.on('error', () => undefined);
+  body.destroy();
+}

@@ -1,0 +1,147 @@
+// buildGateway(config, deps): the fastify instance with every concern attached in hook order.
+// No listen() here: start.ts listens, tests build as many gateways as they like in one process.
+import type { ServerResponse } from 'node:http';
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { GatewayConfig } from './config/schema.js';
+import { GatewayError } from './errors.js';
+import { errorResponse } from './mcp/jsonrpc.js';
+import { ToolCatalog } from './mcp/tool-catalog.js';
+import { pricingFromConfig } from './mcp/tools-list.js';
+import type { Logger } from './observability/logger.js';
+import type { Metrics } from './observability/metrics.js';
+import type { PaymentProvider } from './payments/provider.js';
+import { Settler } from './payments/settle.js';
+import { registerDevCheckout } from './payments/dev-checkout.js';
+import { Paywall } from './paywall/decide.js';
+import type { Upstream } from './proxy/upstream.js';
+import type { Store } from './store/store.js';
+import { registerMcpRoute, type Authenticator } from './http/mcp-route.js';
+import { registerOpsRoutes } from './http/ops-routes.js';
+import { registerRequestGuards } from './http/guards.js';
+import { createResourceServer, type ResourceServer } from './auth/resource-server.js';
+import { prmPaths, protectedResourceMetadata } from './auth/metadata.js';
+
+export interface GatewayDeps {
+  store: Store;
+  provider: PaymentProvider;
+  upstream: Upstream;
+  logger: Logger;
+  metrics: Metrics;
+  now?: () => number;
+  /** Extra routes a provider needs (the Moove webhook receiver), registered with the others. */
+  registerProviderRoutes?: (app: FastifyInstance, settler: Settler) => void;
+}
+
+export interface Gateway {
+  app: FastifyInstance;
+  settler: Settler;
+  /** Ends long-lived GET streams; fastify.close() then waits for calls in flight. */
+  endStreams(): void;
+}
+
+export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Promise<Gateway> {
+  const now = deps.now ?? Date.now;
+  const app = Fastify({
+    logger: false,
+    bodyLimit: config.server.bodyLimit,
+    trustProxy: config.server.trustProxy,
+    // Calls in flight finish on close; idle keep-alive connections are dropped.
+    forceCloseConnections: 'idle',
+    return503OnClosing: true,
+    // Keep-alive connections from proxies and clients outlive a single request.
+    keepAliveTimeout: 65_000,
+  });
+
+  // Bodies arrive as text: the MCP route parses them itself so malformed JSON gets -32700, not fastify's 400.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => done(null, body));
+
+  app.setErrorHandler((error, request, reply) => {
+    const code = (error as { code?: string }).code;
+    const onMcp = request.url.split('?')[0] === config.server.mcpPath;
+    const status = code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 413 : (error as { statusCode?: number }).statusCode ?? 500;
+    const safeStatus = status >= 500 ? 503 : status;
+    if (status >= 500) deps.logger.error({ evt: 'internal_error', code: code ?? 'unknown', url: request.routeOptions.url }, 'request failed');
+    const message = status === 413 ? `Request body too large: the limit is ${config.server.bodyLimit} bytes` : status >= 500 ? 'the gateway could not complete the request' : 'bad request';
+    if (onMcp) return reply.code(safeStatus).send(errorResponse(null, status === 413 ? -32600 : -32603, message));
+    return reply.code(safeStatus).send({ error: message });
+  });
+  app.setNotFoundHandler((_request, reply) => reply.code(404).send({ error: 'not found' }));
+
+  const pricing = pricingFromConfig(config);
+  const settler = new Settler({ store: deps.store, provider: deps.provider, policy: config.payments.settlement, metrics: deps.metrics, logger: deps.logger, now });
+  const paywall = new Paywall({
+    settings: {
+      argumentName: config.handles.argumentName,
+      hashSecret: config.handles.hashSecret,
+      handleTtlMs: config.handles.ttl,
+      chargeTtlMs: config.payments.chargeTtl,
+      callDeadlineMs: config.upstream.callDeadline,
+      perHandle: config.limits.perHandle,
+      challengesPerClient: config.limits.challengesPerClient,
+    },
+    store: deps.store,
+    provider: deps.provider,
+    settler,
+    metrics: deps.metrics,
+    logger: deps.logger,
+    now,
+  });
+
+  registerRequestGuards(app, { mcpPath: config.server.mcpPath, publicUrl: config.server.publicUrl, allowedOrigins: config.server.allowedOrigins, allowedHosts: config.server.allowedHosts });
+
+  let resourceServer: ResourceServer | null = null;
+  if (config.auth.mode === 'oauth') {
+    resourceServer = createResourceServer(config.auth, { publicUrl: config.server.publicUrl, mcpPath: config.server.mcpPath, metrics: deps.metrics, clock: now });
+    const metadata = protectedResourceMetadata(config.auth, config.server.publicUrl);
+    for (const path of prmPaths(config.server.publicUrl)) app.get(path, async () => metadata);
+    app.addHook('onClose', async () => resourceServer?.close());
+  }
+
+  const openStreams = new Set<ServerResponse>();
+  registerMcpRoute(app, {
+    mcpPath: config.server.mcpPath,
+    upstream: deps.upstream,
+    upstreamHeaders: config.upstream.headers,
+    pricing,
+    anyPriced: Object.keys(config.tools).length > 0,
+    paywall,
+    catalog: new ToolCatalog(deps.upstream, { upstreamHeaders: config.upstream.headers, now }),
+    authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,
+    callDeadlineMs: config.upstream.callDeadline,
+    maxResponseBytes: config.upstream.maxResponseBytes,
+    metrics: deps.metrics,
+    logger: deps.logger,
+    now,
+    openStreams,
+  });
+  registerOpsRoutes(app, { store: deps.store, upstream: deps.upstream, metrics: deps.metrics, metricsConfig: config.metrics });
+  if (deps.provider.name === 'dev') registerDevCheckout(app, { store: deps.store, now, onPaid: (linkId) => settler.observeByRef(linkId) });
+  deps.registerProviderRoutes?.(app, settler);
+
+  return {
+    app,
+    settler,
+    endStreams: () => {
+      for (const res of openStreams) res.end();
+    },
+  };
+}
+
+/** A request may name several tools (a batch): every tool's scopes are needed. */
+function adaptAuthenticator(server: ResourceServer): Authenticator {
+  return {
+    async authenticate(authorization, needs) {
+      const tools: (string | undefined)[] = needs.tools.length > 0 ? needs.tools : [undefined];
+      let principal = '';
+      for (const tool of tools) {
+        const outcome = await server.authenticate(authorization, tool === undefined ? {} : { tool });
+        if (!outcome.ok) return outcome;
+        principal = outcome.principal;
+      }
+      return { ok: true, principal };
+    },
+  };
+}
+
+export { GatewayError };

@@ -1,0 +1,71 @@
+// Every Redis key the store uses, derived in one place (README.md beside this file explains the
+// layout). All keys of one handle share the hash tag `{h:<handleHash>}`, so every per-handle script
+// touches one Cluster slot. Global keys (indexes, buckets, lease, dev links) carry their own tags.
+import { GatewayError } from '../errors.js';
+
+/** The keys of one handle, computed once per store call. */
+export interface HandleKeys {
+  /** Hash: principal, fingerprint, expiry, token bucket, and per SKU balance/funded/charge pointers. */
+  handle: string;
+  /** Hash: reservationId → "deadline cost sku". */
+  reservations: string;
+  /** Hash: nonce → charge record (JSON). */
+  charges: string;
+}
+
+export class KeySpace {
+  /** Zset of open reservations ("handleHash:reservationId", score = deadline) for the stale sweep. */
+  readonly reservationIndex: string;
+  /** Zset of pending charges ("handleHash:nonce", score = nextPollAt) for the reconciler. */
+  readonly dueCharges: string;
+  /** Zset of every retained charge (score = when its record expires) for `charges list`. */
+  readonly allCharges: string;
+  /** Zset of opening and pending charges (score = when its record expires), for the pending gauge. */
+  readonly liveCharges: string;
+
+  constructor(private readonly prefix: string) {
+    // A brace in the prefix would become every key's hash tag and put all keys in one slot.
+    if (/[{}]/.test(prefix)) {
+      throw new GatewayError('TB_ERR_CONFIG_INVALID', `store.redis.keyPrefix "${prefix}" must not contain "{" or "}": the store uses hash tags after the prefix`);
+    }
+    this.reservationIndex = `${prefix}{reservations}`;
+    this.dueCharges = `${prefix}{charges:due}`;
+    this.allCharges = `${prefix}{charges:all}`;
+    this.liveCharges = `${prefix}{charges:live}`;
+  }
+
+  handle(handleHash: string): HandleKeys {
+    const handle = `${this.prefix}{h:${handleHash}}`;
+    return { handle, reservations: `${handle}:res`, charges: `${handle}:charges` };
+  }
+
+  /** Set of handle hashes with this fingerprint (operator look-up). */
+  fingerprint(fingerprint: string): string {
+    return `${this.prefix}{fp:${fingerprint}}`;
+  }
+
+  /** String: "handleHash:nonce" of the charge a provider reference belongs to. */
+  providerRef(providerRef: string): string {
+    return `${this.prefix}{ref:${providerRef}}`;
+  }
+
+  challengeBucket(clientKey: string): string {
+    return `${this.prefix}{cb:${clientKey}}`;
+  }
+
+  lease(name: string): string {
+    return `${this.prefix}{lease:${name}}`;
+  }
+
+  devLink(id: string): string {
+    return `${this.prefix}{dev:${id}}`;
+  }
+}
+
+/** Index members name a record inside a handle's slot: "handleHash:id" (hashes are hex, ids base64url). */
+export const indexMember = (handleHash: string, id: string): string => `${handleHash}:${id}`;
+
+export function parseIndexMember(member: string): { handleHash: string; id: string } | null {
+  const at = member.lastIndexOf(':');
+  return at <= 0 ? null : { handleHash: member.slice(0, at), id: member.slice(at + 1) };
+}

@@ -1,0 +1,155 @@
+// Scripts on one handle's charges (KEYS[1..2] share the handle's hash tag). Charge records are JSON
+// in the handle's charges hash, field = nonce. Trailing global index keys are passed only outside
+// Cluster mode; in Cluster mode redis.ts writes those indexes in companion commands.
+
+/**
+ * §6.5 one pending charge per SKU: reuse a young opening or a pending charge with time left, else
+ * record a new opening charge and point the handle at it.
+ * KEYS handle, charges, [all-charges index, live-charges index].
+ * ARGV sku, nonce, chargeJson, now, indexMember, clockNow, openingGraceMs, reuseMarginMs.
+ */
+export const BEGIN_CHARGE = `
+local now = tonumber(ARGV[4])
+local clock = tonumber(ARGV[6])
+local alive = handle_live(KEYS[1], clock)
+if alive then
+  local c, raw = read_charge(KEYS[2], redis.call('HGET', KEYS[1], 'pc:' .. ARGV[1]), clock)
+  if c and ((c.status == 'opening' and c.openedAt > now - tonumber(ARGV[7])) or (c.status == 'pending' and c.expiresAt > now + tonumber(ARGV[8]))) then
+    return {'existing', raw}
+  end
+end
+-- Records past their end go whenever a new one is written, so the hash stays small.
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  if charge_end(cjson.decode(all[i + 1])) <= clock then redis.call('HDEL', KEYS[2], all[i]) end
+end
+local charge = cjson.decode(ARGV[3])
+local ends = charge_end(charge)
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+live_until(KEYS[2], ends, clock)
+if alive then redis.call('HSET', KEYS[1], 'pc:' .. ARGV[1], ARGV[2]) end
+if KEYS[3] then
+  end_index_add(KEYS[3], ends, ARGV[5], clock)
+  end_index_add(KEYS[4], ends, ARGV[5], clock)
+end
+return {'begun'}
+`;
+
+/**
+ * opening → pending with the provider's link.
+ * KEYS charges, [due index, live-charges index, all-charges index, providerRef key].
+ * ARGV nonce, providerRef, checkoutUrl, indexMember, clockNow. Returns the charge JSON or nil.
+ */
+export const ATTACH_LINK = `
+local clock = tonumber(ARGV[5])
+local c = read_charge(KEYS[1], ARGV[1], clock)
+if not c or c.status ~= 'opening' then return false end
+c.status = 'pending'
+c.providerRef = ARGV[2]
+c.checkoutUrl = ARGV[3]
+local out = cjson.encode(c)
+redis.call('HSET', KEYS[1], ARGV[1], out)
+local ends = charge_end(c)
+live_until(KEYS[1], ends, clock)
+if KEYS[2] then
+  redis.call('ZADD', KEYS[2], int(c.nextPollAt), ARGV[4])
+  live_until(KEYS[2], ends, clock)
+  end_index_add(KEYS[3], ends, ARGV[4], clock)
+  end_index_add(KEYS[4], ends, ARGV[4], clock)
+  redis.call('SET', KEYS[5], ARGV[4], 'PX', int(math.max(1000, ends - clock)))
+end
+return out
+`;
+
+/** Drops an opening charge. KEYS handle, charges, [all-charges index, live-charges index]. ARGV nonce, indexMember, clockNow. */
+export const ABORT_CHARGE = `
+local c = read_charge(KEYS[2], ARGV[1], tonumber(ARGV[3]))
+if not c or c.status ~= 'opening' then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+for _, pointer in ipairs({'pc:', 'lc:'}) do
+  if redis.call('HGET', KEYS[1], pointer .. c.sku) == ARGV[1] then redis.call('HDEL', KEYS[1], pointer .. c.sku) end
+end
+if KEYS[3] then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[2])
+end
+return 1
+`;
+
+/**
+ * The poll gate: one poll per minIntervalMs per charge; reschedules the reconciler's next look.
+ * KEYS charges, [due index]. ARGV nonce, now, minIntervalMs, nextPollAt, indexMember, clockNow.
+ * Returns {1, status} when the slot is taken, {0} otherwise.
+ */
+export const TAKE_POLL_SLOT = `
+local clock = tonumber(ARGV[6])
+local c = read_charge(KEYS[1], ARGV[1], clock)
+if not c then return {0} end
+local now = tonumber(ARGV[2])
+if c.pollCount > 0 and c.lastPolledAt > now - tonumber(ARGV[3]) then return {0} end
+c.lastPolledAt = now
+c.pollCount = c.pollCount + 1
+c.nextPollAt = tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
+if KEYS[2] and c.status == 'pending' then
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  live_until(KEYS[2], charge_end(c), clock)
+end
+return {1, c.status}
+`;
+
+/**
+ * §7.5 exactly once: only a pending or abandoned charge is claimed; status, amounts, credits,
+ * funded flag, pending pointer and due index change together.
+ * KEYS handle, charges, [due index, live-charges index].
+ * ARGV nonce, outcome, credits, hasReceived, receivedAmount, indexMember, clockNow.
+ * Returns {claimed 0|1, chargeJson|nil, balance}.
+ */
+export const CLAIM_SETTLEMENT = `
+local clock = tonumber(ARGV[7])
+local c, raw = read_charge(KEYS[2], ARGV[1], clock)
+if not c then return {0, false, 0} end
+local alive = handle_live(KEYS[1], clock)
+local function balance()
+  if not alive then return 0 end
+  return tonumber(redis.call('HGET', KEYS[1], 'b:' .. c.sku) or '0')
+end
+if c.status ~= 'pending' and c.status ~= 'abandoned' then return {0, raw, balance()} end
+local credits = tonumber(ARGV[3])
+c.status = ARGV[2]
+if ARGV[4] == '1' then c.receivedAmount = ARGV[5] else c.receivedAmount = cjson.null end
+-- A handle that expired meanwhile records the outcome for the operator but has nothing to credit.
+if alive then c.grantedCredits = credits else c.grantedCredits = 0 end
+local out = cjson.encode(c)
+redis.call('HSET', KEYS[2], ARGV[1], out)
+if KEYS[3] then
+  redis.call('ZREM', KEYS[3], ARGV[6])
+  redis.call('ZREM', KEYS[4], ARGV[6])
+end
+if alive then
+  if credits > 0 then
+    redis.call('HINCRBY', KEYS[1], 'b:' .. c.sku, int(credits))
+    redis.call('HSET', KEYS[1], 'f:' .. c.sku, '1')
+  end
+  if redis.call('HGET', KEYS[1], 'pc:' .. c.sku) == ARGV[1] then redis.call('HDEL', KEYS[1], 'pc:' .. c.sku) end
+  redis.call('HSET', KEYS[1], 'lc:' .. c.sku, ARGV[1])
+end
+return {1, out, balance()}
+`;
+
+/** pending → abandoned. KEYS handle, charges, [due index, live-charges index]. ARGV nonce, indexMember, clockNow. */
+export const ABANDON_CHARGE = `
+local c = read_charge(KEYS[2], ARGV[1], tonumber(ARGV[3]))
+if not c or c.status ~= 'pending' then return 0 end
+c.status = 'abandoned'
+redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(c))
+if KEYS[3] then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[2])
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'pc:' .. c.sku) == ARGV[1] then redis.call('HDEL', KEYS[1], 'pc:' .. c.sku) end
+  redis.call('HSET', KEYS[1], 'lc:' .. c.sku, ARGV[1])
+end
+return 1
+`;

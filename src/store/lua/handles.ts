@@ -1,0 +1,121 @@
+// Scripts on one handle's keys: KEYS[1] handle hash, KEYS[2] its reservations (and charges for
+// reserve). A trailing global index key is passed only outside Cluster mode, where it may share the
+// script; in Cluster mode redis.ts writes that index in a companion command (see ../README.md).
+
+/** KEYS handle, reservations, [fingerprint set]. ARGV handleHash, fingerprint, hasPrincipal, principal, ttlMs, now. */
+export const CREATE_HANDLE = `
+local now = tonumber(ARGV[6])
+local ttl = tonumber(ARGV[5])
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'x', int(now + ttl), 'fpx', int(now + 2 * ttl))
+if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'p', ARGV[4]) end
+redis.call('PEXPIRE', KEYS[1], int(ttl))
+if KEYS[3] then
+  redis.call('SADD', KEYS[3], ARGV[1])
+  live_until(KEYS[3], now + 2 * ttl, now)
+end
+return 1
+`;
+
+/**
+ * §6.2 steps 3–6: existence, binding, token bucket (Redis TIME), balance, reservation, slide.
+ * KEYS handle, reservations, charges, [reservation index].
+ * ARGV hasPrincipal, principal, sku, cost, reservationId, deadline, ttlMs, rate, burst, indexMember, now.
+ */
+export const RESERVE = `
+local h = KEYS[1]
+local now = tonumber(ARGV[11])
+if not handle_live(h, now) then return {'unknown_handle'} end
+local owner = redis.call('HGET', h, 'p')
+if owner and (ARGV[1] ~= '1' or owner ~= ARGV[2]) then return {'bound_to_other_principal'} end
+
+-- The token is taken whatever the balance: rate limiting is decided before any credit moves.
+local wait = take_token(h, 'bt', 'ba', tonumber(ARGV[8]), tonumber(ARGV[9]), redis_now())
+if wait > 0 then return {'rate_limited', wait} end
+
+local sku = ARGV[3]
+local cost = tonumber(ARGV[4])
+local balance = tonumber(redis.call('HGET', h, 'b:' .. sku) or '0')
+if balance < cost then
+  local funded = redis.call('HEXISTS', h, 'f:' .. sku)
+  local pending, pending_raw = read_charge(KEYS[3], redis.call('HGET', h, 'pc:' .. sku), now)
+  if not pending or (pending.status ~= 'opening' and pending.status ~= 'pending') then pending_raw = false end
+  local _, last_raw = read_charge(KEYS[3], redis.call('HGET', h, 'lc:' .. sku), now)
+  return {'insufficient', balance, funded, pending_raw or false, last_raw or false}
+end
+
+local remaining = redis.call('HINCRBY', h, 'b:' .. sku, int(-cost))
+redis.call('HSET', KEYS[2], ARGV[5], ARGV[6] .. ' ' .. ARGV[4] .. ' ' .. sku)
+local ttl = tonumber(ARGV[7])
+local expires = now + ttl
+redis.call('HSET', h, 'x', int(expires))
+redis.call('PEXPIRE', h, int(ttl))
+redis.call('PEXPIRE', KEYS[2], int(ttl))
+if KEYS[4] then
+  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[10])
+  live_until(KEYS[4], tonumber(ARGV[6]) + RETENTION_MS, now)
+end
+-- The fingerprint set lives one TTL beyond the handle; once the slide passes that, the caller extends it.
+local fpx = tonumber(redis.call('HGET', h, 'fpx') or '0')
+if expires > fpx then
+  fpx = expires + ttl
+  redis.call('HSET', h, 'fpx', int(fpx))
+  return {'reserved', remaining, redis.call('HGET', h, 'fp') or false, int(fpx)}
+end
+return {'reserved', remaining}
+`;
+
+/** KEYS handle, reservations, [reservation index]. ARGV reservationId, indexMember, now. Returns the balance or nil. */
+export const COMMIT = `
+local r = redis.call('HGET', KEYS[2], ARGV[1])
+if not r then return false end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[2]) end
+if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
+local sku = string.match(r, '^%S+ %S+ (.*)$')
+return tonumber(redis.call('HGET', KEYS[1], 'b:' .. sku) or '0')
+`;
+
+/** Same keys and arguments as COMMIT; gives the credits back. */
+export const RELEASE = `
+local r = redis.call('HGET', KEYS[2], ARGV[1])
+if not r then return false end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[2]) end
+if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
+local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
+return redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
+`;
+
+/**
+ * Releases the listed reservations of one handle whose deadline is before \`before\`.
+ * KEYS handle, reservations, [reservation index]. ARGV before, now, handleHash, reservationId…
+ * Returns how many credits-holding reservations were released.
+ */
+export const RELEASE_STALE = `
+local before = tonumber(ARGV[1])
+local alive = handle_live(KEYS[1], tonumber(ARGV[2]))
+local released = 0
+for i = 4, #ARGV do
+  local r = redis.call('HGET', KEYS[2], ARGV[i])
+  local deadline, cost, sku
+  if r then deadline, cost, sku = string.match(r, '^(%S+) (%S+) (.*)$') end
+  if not r or tonumber(deadline) < before then
+    if r then
+      redis.call('HDEL', KEYS[2], ARGV[i])
+      if alive then
+        redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
+        released = released + 1
+      end
+    end
+    if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[3] .. ':' .. ARGV[i]) end
+  end
+end
+return released
+`;
+
+/** KEYS handle. ARGV sku, credits, now. Returns the new balance, or nil for an unknown handle. */
+export const GRANT_CREDITS = `
+if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
+return redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[1], ARGV[2])
+`;

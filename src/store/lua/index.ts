@@ -1,0 +1,34 @@
+// Every Lua script the Redis store runs, registered once per connection with ioredis
+// `defineCommand` (EVALSHA, falling back to EVAL after a SCRIPT FLUSH or a restart). Embedded as
+// TypeScript strings so `tsc` ships them in dist/ with nothing to copy or locate at run time.
+import { ABANDON_CHARGE, ABORT_CHARGE, ATTACH_LINK, BEGIN_CHARGE, CLAIM_SETTLEMENT, TAKE_POLL_SLOT } from './charges.js';
+import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, SET_INDEX_ADD, TAKE_CHALLENGE_TOKEN } from './global.js';
+import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
+import { PRELUDE } from './prelude.js';
+
+const BODIES = {
+  tbCreateHandle: CREATE_HANDLE,
+  tbReserve: RESERVE,
+  tbCommit: COMMIT,
+  tbRelease: RELEASE,
+  tbReleaseStale: RELEASE_STALE,
+  tbGrantCredits: GRANT_CREDITS,
+  tbBeginCharge: BEGIN_CHARGE,
+  tbAttachLink: ATTACH_LINK,
+  tbAbortCharge: ABORT_CHARGE,
+  tbTakePollSlot: TAKE_POLL_SLOT,
+  tbClaimSettlement: CLAIM_SETTLEMENT,
+  tbAbandonCharge: ABANDON_CHARGE,
+  tbTakeChallengeToken: TAKE_CHALLENGE_TOKEN,
+  tbAcquireLease: ACQUIRE_LEASE,
+  tbPayDevLink: PAY_DEV_LINK,
+  tbIndexAdd: INDEX_ADD,
+  tbSetIndexAdd: SET_INDEX_ADD,
+} as const;
+
+export type ScriptName = keyof typeof BODIES;
+
+/** Script name → full Lua source (shared helpers first). */
+export const SCRIPTS: Record<ScriptName, string> = Object.fromEntries(
+  Object.entries(BODIES).map(([name, body]) => [name, PRELUDE + body]),
+) as Record<ScriptName, string>;

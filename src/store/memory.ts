@@ -1,0 +1,473 @@
+// The single-process store (SPEC §8). Every method body runs to completion without an `await`, so
+// each call is one atomic step with respect to every other call in this process: the same promise
+// the Redis store gets from one Lua script per method. Time: handle expiry, token buckets, leases
+// and dev links read the injected clock; charge operations use the `now` their caller passes.
+// Memory stays bounded by a lazy sweep (at most once a minute, inside calls, on the injected clock)
+// of expired handles, charges past retention, dev links past retention, expired leases and
+// buckets that have refilled (deleting a full bucket is the same as keeping it).
+
+import { GatewayError } from '../errors.js';
+import {
+  HANDLE_TTL_FLOOR_MS,
+  type BeginChargeResult,
+  type ChargeRecord,
+  type ChargeStatus,
+  type ClaimResult,
+  type DevLink,
+  type HandleState,
+  type NewHandle,
+  type OpenChargeRequest,
+  type SettlementClaim,
+  type SpendDecision,
+  type SpendRequest,
+  type Store,
+} from './store.js';
+
+/** An 'opening' charge younger than this belongs to whoever is calling the provider: share it. */
+export const OPENING_GRACE_MS = 15_000;
+/** A pending link this close to its end is not shown again: the payer might not finish in time. */
+export const PENDING_REUSE_MARGIN_MS = 60_000;
+/** How long a charge (and a dev link) stays readable after its link expired, for operators and late payments. */
+export const RETENTION_MS = 7 * 24 * 3_600_000;
+const SWEEP_INTERVAL_MS = 60_000;
+/** retryAfterMs reported by a bucket that never refills (ratePerSecond ≤ 0). */
+const NEVER_REFILLS_RETRY_MS = 3_600_000;
+
+interface TokenBucket {
+  tokens: number;
+  at: number; // when `tokens` was computed
+  fullAt: number; // from then on the bucket is indistinguishable from a new one
+}
+
+interface Reservation {
+  sku: string;
+  cost: number;
+  deadline: number;
+}
+
+interface HandleRecord {
+  fingerprint: string;
+  principal: string | null;
+  balances: Map<string, number>;
+  funded: Set<string>;
+  expiresAt: number;
+  bucket: TokenBucket | null;
+  reservations: Map<string, Reservation>;
+  pendingCharge: Map<string, string>; // sku → nonce of the charge challenges show (opening or pending)
+  lastCharge: Map<string, string>; // sku → nonce of the charge that most recently left 'pending'
+}
+
+type BucketParams = { ratePerSecond: number; burst: number };
+
+/** Continuous refill, then takes one token if a whole one is there. Returns 0 if taken, else the wait in ms. */
+function takeToken(bucket: TokenBucket, { ratePerSecond, burst }: BucketParams, now: number): number {
+  const refilled = bucket.tokens + (Math.max(0, now - bucket.at) * ratePerSecond) / 1000;
+  const tokens = Math.min(burst, refilled);
+  const taken = tokens >= 1;
+  bucket.tokens = taken ? tokens - 1 : tokens;
+  bucket.at = now;
+  bucket.fullAt = ratePerSecond > 0 ? now + Math.ceil(((burst - bucket.tokens) * 1000) / ratePerSecond) : Number.POSITIVE_INFINITY;
+  if (taken) return 0;
+  if (ratePerSecond <= 0) return NEVER_REFILLS_RETRY_MS;
+  return Math.max(1, Math.ceil(((1 - tokens) * 1000) / ratePerSecond));
+}
+
+const newBucket = (burst: number, now: number): TokenBucket => ({ tokens: burst, at: now, fullAt: now });
+
+/** Charges and reservations are addressed by (handle, id), as the Redis keys are. */
+const scopedKey = (handleHash: string, id: string): string => `${handleHash}\n${id}`;
+
+export class MemoryStore implements Store {
+  readonly kind = 'memory' as const;
+
+  private readonly clock: () => number;
+  private readonly handles = new Map<string, HandleRecord>();
+  private readonly byFingerprint = new Map<string, Set<string>>();
+  /** Every live reservation, for the reconciler's stale sweep (the deadline lives on the handle's record). */
+  private readonly reservationIndex = new Map<string, { handleHash: string; reservationId: string }>();
+  private readonly charges = new Map<string, ChargeRecord>();
+  private readonly chargeByRef = new Map<string, string>();
+  /** The reconciler's due index: keys of charges in status 'pending'. */
+  private readonly pendingCharges = new Set<string>();
+  private readonly challengeBuckets = new Map<string, TokenBucket>();
+  private readonly leases = new Map<string, { owner: string; expiresAt: number }>();
+  private readonly devLinks = new Map<string, DevLink>();
+  private nextSweepAt: number;
+
+  constructor(options: { now?: () => number } = {}) {
+    this.clock = options.now ?? Date.now;
+    this.nextSweepAt = this.clock() + SWEEP_INTERVAL_MS;
+  }
+
+  async createHandle(handle: NewHandle): Promise<void> {
+    if (!(handle.ttlMs >= HANDLE_TTL_FLOOR_MS)) {
+      throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
+    }
+    const now = this.now();
+    const previous = this.handles.get(handle.handleHash);
+    if (previous) this.deleteHandle(handle.handleHash, previous);
+    this.handles.set(handle.handleHash, {
+      fingerprint: handle.fingerprint,
+      principal: handle.principal,
+      balances: new Map(),
+      funded: new Set(),
+      expiresAt: now + handle.ttlMs,
+      bucket: null,
+      reservations: new Map(),
+      pendingCharge: new Map(),
+      lastCharge: new Map(),
+    });
+    let hashes = this.byFingerprint.get(handle.fingerprint);
+    if (!hashes) this.byFingerprint.set(handle.fingerprint, (hashes = new Set()));
+    hashes.add(handle.handleHash);
+  }
+
+  async getHandle(handleHash: string): Promise<HandleState | null> {
+    const handle = this.liveHandle(handleHash, this.now());
+    if (!handle) return null;
+    return {
+      principal: handle.principal,
+      balances: Object.fromEntries(handle.balances),
+      funded: Object.fromEntries([...handle.funded].map((sku) => [sku, true])),
+      expiresAt: handle.expiresAt,
+    };
+  }
+
+  async findHandlesByFingerprint(fingerprint: string): Promise<string[]> {
+    const now = this.now();
+    return [...(this.byFingerprint.get(fingerprint) ?? [])].filter((hash) => this.liveHandle(hash, now) !== null);
+  }
+
+  async reserve(request: SpendRequest): Promise<SpendDecision> {
+    const now = this.now();
+    const handle = this.liveHandle(request.handleHash, now);
+    if (!handle) return { kind: 'unknown_handle' };
+    if (handle.principal !== null && handle.principal !== request.principal) return { kind: 'bound_to_other_principal' };
+
+    // The token is taken whatever the balance: rate limiting is decided before any credit moves.
+    handle.bucket ??= newBucket(request.bucket.burst, now);
+    const retryAfterMs = takeToken(handle.bucket, request.bucket, now);
+    if (retryAfterMs > 0) return { kind: 'rate_limited', retryAfterMs };
+
+    const balance = handle.balances.get(request.sku) ?? 0;
+    if (balance < request.cost) {
+      return {
+        kind: 'insufficient',
+        balance,
+        funded: handle.funded.has(request.sku),
+        pending: this.copyCharge(this.pendingChargeOf(request.handleHash, handle, request.sku)),
+        lastCharge: this.copyCharge(this.chargeOf(request.handleHash, handle.lastCharge.get(request.sku))),
+      };
+    }
+    const remaining = balance - request.cost;
+    handle.balances.set(request.sku, remaining);
+    handle.reservations.set(request.reservationId, { sku: request.sku, cost: request.cost, deadline: request.reservationDeadline });
+    this.reservationIndex.set(scopedKey(request.handleHash, request.reservationId), { handleHash: request.handleHash, reservationId: request.reservationId });
+    handle.expiresAt = now + request.ttlMs;
+    return { kind: 'reserved', remaining };
+  }
+
+  async commit(handleHash: string, reservationId: string): Promise<number | null> {
+    const handle = this.liveHandle(handleHash, this.now());
+    const reservation = this.takeReservation(handleHash, handle, reservationId);
+    if (!handle || !reservation) return null;
+    return handle.balances.get(reservation.sku) ?? 0;
+  }
+
+  async release(handleHash: string, reservationId: string): Promise<number | null> {
+    return this.releaseReservation(handleHash, reservationId, this.now());
+  }
+
+  async releaseStaleReservations(now: number, limit: number): Promise<number> {
+    const clockNow = this.now();
+    const stale: { handleHash: string; reservationId: string; deadline: number }[] = [];
+    for (const { handleHash, reservationId } of this.reservationIndex.values()) {
+      const deadline = this.liveHandle(handleHash, clockNow)?.reservations.get(reservationId)?.deadline;
+      if (deadline !== undefined && deadline < now) stale.push({ handleHash, reservationId, deadline });
+    }
+    stale.sort((a, b) => a.deadline - b.deadline);
+    const released = stale.slice(0, Math.max(0, limit));
+    for (const { handleHash, reservationId } of released) this.releaseReservation(handleHash, reservationId, clockNow);
+    return released.length;
+  }
+
+  async grantCredits(handleHash: string, sku: string, credits: number): Promise<number> {
+    if (!Number.isSafeInteger(credits) || credits <= 0) {
+      throw new GatewayError('TB_ERR_INVALID_PARAMS', `credits to grant must be a positive integer, got ${credits}`);
+    }
+    const handle = this.liveHandle(handleHash, this.now());
+    if (!handle) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
+    const balance = (handle.balances.get(sku) ?? 0) + credits;
+    handle.balances.set(sku, balance);
+    return balance;
+  }
+
+  async beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult> {
+    const { handleHash, sku, now } = request;
+    const handle = this.liveHandle(handleHash, this.now());
+    const current = handle ? this.pendingChargeOf(handleHash, handle, sku) : null;
+    if (current) {
+      const opening = current.status === 'opening' && current.openedAt > now - OPENING_GRACE_MS;
+      const reusable = current.status === 'pending' && current.expiresAt > now + PENDING_REUSE_MARGIN_MS;
+      if (opening || reusable) return { kind: 'existing', charge: { ...current } };
+      // Otherwise a new charge takes over. The old one stays as it is (a pending one stays in the
+      // due index, a stale opening one may still get its link) so a late payment can be claimed.
+    }
+    const charge: ChargeRecord = {
+      nonce: request.nonce,
+      handleHash,
+      sku,
+      ...request.snapshot,
+      status: 'opening',
+      providerRef: null,
+      checkoutUrl: null,
+      openedAt: now,
+      expiresAt: now + request.ttlMs,
+      lastPolledAt: 0,
+      nextPollAt: now + request.firstPollDelayMs,
+      pollCount: 0,
+      grantedCredits: 0,
+      receivedAmount: null,
+    };
+    this.charges.set(scopedKey(handleHash, request.nonce), charge);
+    // Without a live handle the charge is still recorded (an operator can see it); nothing points at it.
+    handle?.pendingCharge.set(sku, request.nonce);
+    return { kind: 'begun', charge: { ...charge } };
+  }
+
+  async attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null> {
+    const key = scopedKey(handleHash, nonce);
+    const charge = this.charges.get(key);
+    if (!charge || charge.status !== 'opening') return null;
+    charge.providerRef = link.providerRef;
+    charge.checkoutUrl = link.checkoutUrl;
+    charge.status = 'pending';
+    this.chargeByRef.set(link.providerRef, key);
+    this.pendingCharges.add(key);
+    return { ...charge };
+  }
+
+  async abortCharge(handleHash: string, nonce: string): Promise<void> {
+    const charge = this.charges.get(scopedKey(handleHash, nonce));
+    if (charge?.status === 'opening') this.deleteCharge(scopedKey(handleHash, nonce), charge);
+  }
+
+  async getCharge(handleHash: string, nonce: string): Promise<ChargeRecord | null> {
+    return this.copyCharge(this.charges.get(scopedKey(handleHash, nonce)) ?? null);
+  }
+
+  async findChargeByRef(providerRef: string): Promise<ChargeRecord | null> {
+    const key = this.chargeByRef.get(providerRef);
+    return this.copyCharge(key === undefined ? null : (this.charges.get(key) ?? null));
+  }
+
+  async takePollSlot(handleHash: string, nonce: string, now: number, minIntervalMs: number, nextPollAt: number): Promise<boolean> {
+    const charge = this.charges.get(scopedKey(handleHash, nonce));
+    if (!charge) return false;
+    if (charge.pollCount > 0 && charge.lastPolledAt > now - minIntervalMs) return false;
+    charge.lastPolledAt = now;
+    charge.pollCount++;
+    charge.nextPollAt = nextPollAt;
+    return true;
+  }
+
+  /**
+   * Exactly once (§7.5): only a 'pending' or 'abandoned' charge can be claimed (a late payment is
+   * still granted). If the handle expired meanwhile the claim still records the outcome (status,
+   * receivedAmount) so the operator sees the money, but there is nothing to credit: grantedCredits
+   * is 0 and the balance returned is 0.
+   */
+  async claimSettlement(claim: SettlementClaim): Promise<ClaimResult> {
+    const key = scopedKey(claim.handleHash, claim.nonce);
+    const charge = this.charges.get(key) ?? null;
+    const handle = this.liveHandle(claim.handleHash, this.now());
+    const balanceOf = (): number => (handle && charge ? (handle.balances.get(charge.sku) ?? 0) : 0);
+    if (!charge || (charge.status !== 'pending' && charge.status !== 'abandoned')) {
+      return { claimed: false, charge: this.copyCharge(charge), balance: balanceOf() };
+    }
+    charge.status = claim.outcome;
+    charge.receivedAmount = claim.receivedAmount;
+    charge.grantedCredits = handle ? claim.credits : 0;
+    this.pendingCharges.delete(key);
+    if (handle) {
+      if (claim.credits > 0) {
+        handle.balances.set(charge.sku, (handle.balances.get(charge.sku) ?? 0) + claim.credits);
+        handle.funded.add(charge.sku);
+      }
+      this.chargeLeftPending(handle, charge);
+    }
+    return { claimed: true, charge: { ...charge }, balance: balanceOf() };
+  }
+
+  async abandonCharge(handleHash: string, nonce: string): Promise<boolean> {
+    const key = scopedKey(handleHash, nonce);
+    const charge = this.charges.get(key);
+    if (charge?.status !== 'pending') return false;
+    charge.status = 'abandoned';
+    this.pendingCharges.delete(key);
+    const handle = this.handles.get(handleHash);
+    if (handle) this.chargeLeftPending(handle, charge);
+    return true;
+  }
+
+  async dueCharges(now: number, limit: number): Promise<ChargeRecord[]> {
+    this.sweepIfDue(this.now());
+    const due: ChargeRecord[] = [];
+    for (const key of this.pendingCharges) {
+      const charge = this.charges.get(key);
+      if (charge && charge.nextPollAt <= now) due.push(charge);
+    }
+    due.sort((a, b) => a.nextPollAt - b.nextPollAt);
+    return due.slice(0, Math.max(0, limit)).map((charge) => ({ ...charge }));
+  }
+
+  async listCharges(status?: ChargeStatus): Promise<ChargeRecord[]> {
+    this.sweepIfDue(this.now());
+    return [...this.charges.values()]
+      .filter((charge) => status === undefined || charge.status === status)
+      .sort((a, b) => a.openedAt - b.openedAt)
+      .map((charge) => ({ ...charge }));
+  }
+
+  async countPendingCharges(): Promise<number> {
+    let count = 0;
+    for (const charge of this.charges.values()) if (charge.status === 'pending' || charge.status === 'opening') count++;
+    return count;
+  }
+
+  async takeChallengeToken(clientKey: string, bucket: BucketParams): Promise<{ allowed: boolean; retryAfterMs: number }> {
+    const now = this.now();
+    let state = this.challengeBuckets.get(clientKey);
+    if (!state) this.challengeBuckets.set(clientKey, (state = newBucket(bucket.burst, now)));
+    const retryAfterMs = takeToken(state, bucket, now);
+    return { allowed: retryAfterMs === 0, retryAfterMs };
+  }
+
+  async acquireLease(name: string, owner: string, ttlMs: number): Promise<boolean> {
+    const now = this.now();
+    const lease = this.leases.get(name);
+    if (lease && lease.owner !== owner && lease.expiresAt > now) return false;
+    this.leases.set(name, { owner, expiresAt: now + ttlMs });
+    return true;
+  }
+
+  async putDevLink(link: DevLink): Promise<void> {
+    this.sweepIfDue(this.now());
+    this.devLinks.set(link.id, { ...link });
+  }
+
+  async getDevLink(id: string): Promise<DevLink | null> {
+    const link = this.devLinks.get(id);
+    return link ? { ...link } : null;
+  }
+
+  async payDevLink(id: string, receivedAmount: string): Promise<boolean> {
+    const link = this.devLinks.get(id);
+    if (!link || link.status !== 'active' || link.expiresAt <= this.now()) return false;
+    link.status = 'completed';
+    link.receivedAmount = receivedAmount;
+    return true;
+  }
+
+  async ping(): Promise<void> {}
+
+  async close(): Promise<void> {}
+
+  /** Sizes of every map, for tests and debugging (not part of Store). */
+  stats(): { handles: number; reservations: number; charges: number; challengeBuckets: number; leases: number; devLinks: number } {
+    return {
+      handles: this.handles.size,
+      reservations: this.reservationIndex.size,
+      charges: this.charges.size,
+      challengeBuckets: this.challengeBuckets.size,
+      leases: this.leases.size,
+      devLinks: this.devLinks.size,
+    };
+  }
+
+  /** Drops everything that can no longer matter at `now`. Runs by itself at most once a minute. */
+  sweep(now: number): void {
+    this.nextSweepAt = now + SWEEP_INTERVAL_MS;
+    for (const [hash, handle] of this.handles) if (handle.expiresAt <= now) this.deleteHandle(hash, handle);
+    for (const [key, charge] of this.charges) {
+      // An opening charge never got its link (its opener died): nobody can pay it once it expired.
+      const end = charge.status === 'opening' ? charge.expiresAt : charge.expiresAt + RETENTION_MS;
+      if (end <= now) this.deleteCharge(key, charge);
+    }
+    // A dev link is kept as long as its charge: the reconciler reads it after expiry.
+    for (const [id, link] of this.devLinks) if (link.expiresAt + RETENTION_MS <= now) this.devLinks.delete(id);
+    for (const [key, bucket] of this.challengeBuckets) if (bucket.fullAt <= now) this.challengeBuckets.delete(key);
+    for (const [name, lease] of this.leases) if (lease.expiresAt <= now) this.leases.delete(name);
+  }
+
+  private now(): number {
+    const now = this.clock();
+    this.sweepIfDue(now);
+    return now;
+  }
+
+  private sweepIfDue(now: number): void {
+    if (now >= this.nextSweepAt) this.sweep(now);
+  }
+
+  private liveHandle(handleHash: string, now: number): HandleRecord | null {
+    const handle = this.handles.get(handleHash);
+    if (!handle) return null;
+    if (handle.expiresAt > now) return handle;
+    this.deleteHandle(handleHash, handle);
+    return null;
+  }
+
+  private deleteHandle(handleHash: string, handle: HandleRecord): void {
+    this.handles.delete(handleHash);
+    for (const reservationId of handle.reservations.keys()) this.reservationIndex.delete(scopedKey(handleHash, reservationId));
+    const hashes = this.byFingerprint.get(handle.fingerprint);
+    hashes?.delete(handleHash);
+    if (hashes?.size === 0) this.byFingerprint.delete(handle.fingerprint);
+  }
+
+  private releaseReservation(handleHash: string, reservationId: string, now: number): number | null {
+    const handle = this.liveHandle(handleHash, now);
+    const reservation = this.takeReservation(handleHash, handle, reservationId);
+    if (!handle || !reservation) return null;
+    const balance = (handle.balances.get(reservation.sku) ?? 0) + reservation.cost;
+    handle.balances.set(reservation.sku, balance);
+    return balance;
+  }
+
+  private takeReservation(handleHash: string, handle: HandleRecord | null, reservationId: string): Reservation | null {
+    const reservation = handle?.reservations.get(reservationId);
+    if (!handle || !reservation) return null;
+    handle.reservations.delete(reservationId);
+    this.reservationIndex.delete(scopedKey(handleHash, reservationId));
+    return reservation;
+  }
+
+  private chargeOf(handleHash: string, nonce: string | undefined): ChargeRecord | null {
+    return nonce === undefined ? null : (this.charges.get(scopedKey(handleHash, nonce)) ?? null);
+  }
+
+  /** The charge challenges for this SKU show, if it is still opening or pending. */
+  private pendingChargeOf(handleHash: string, handle: HandleRecord, sku: string): ChargeRecord | null {
+    const charge = this.chargeOf(handleHash, handle.pendingCharge.get(sku));
+    return charge && (charge.status === 'opening' || charge.status === 'pending') ? charge : null;
+  }
+
+  private chargeLeftPending(handle: HandleRecord, charge: ChargeRecord): void {
+    if (handle.pendingCharge.get(charge.sku) === charge.nonce) handle.pendingCharge.delete(charge.sku);
+    handle.lastCharge.set(charge.sku, charge.nonce);
+  }
+
+  private deleteCharge(key: string, charge: ChargeRecord): void {
+    this.charges.delete(key);
+    this.pendingCharges.delete(key);
+    if (charge.providerRef !== null && this.chargeByRef.get(charge.providerRef) === key) this.chargeByRef.delete(charge.providerRef);
+    const handle = this.handles.get(charge.handleHash);
+    if (handle?.pendingCharge.get(charge.sku) === charge.nonce) handle.pendingCharge.delete(charge.sku);
+    if (handle?.lastCharge.get(charge.sku) === charge.nonce) handle.lastCharge.delete(charge.sku);
+  }
+
+  private copyCharge(charge: ChargeRecord | null): ChargeRecord | null {
+    return charge ? { ...charge } : null;
+  }
+}

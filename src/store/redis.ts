@@ -1,0 +1,461 @@
+// The Redis store (SPEC §8): standalone, Sentinel or Cluster through ioredis. Every decision is one
+// Lua script (lua/, registered once, EVALSHA) on the keys of one handle (keys.ts). README.md beside
+// this file explains the key layout, the indexes and how Cluster mode writes them.
+// Failure behaviour is fail-closed and bounded: the client (redis-connection.ts) has no offline queue
+// and a 500 ms command timeout, and each call here has a 1 s budget, so with Redis gone every call
+// rejects with TB_ERR_STORE_UNAVAILABLE quickly.
+import type { GatewayConfig } from '../config/schema.js';
+import { GatewayError } from '../errors.js';
+import type { Logger } from '../observability/logger.js';
+import { indexMember, KeySpace, parseIndexMember } from './keys.js';
+import { SCRIPTS, type ScriptName } from './lua/index.js';
+import { OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS, RETENTION_MS } from './memory.js';
+import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
+import {
+  HANDLE_TTL_FLOOR_MS,
+  type BeginChargeResult,
+  type ChargeRecord,
+  type ChargeStatus,
+  type ClaimResult,
+  type DevLink,
+  type HandleState,
+  type NewHandle,
+  type OpenChargeRequest,
+  type SettlementClaim,
+  type SpendDecision,
+  type SpendRequest,
+  type Store,
+} from './store.js';
+
+/** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
+const CALL_BUDGET_MS = 1_000;
+/** Operator listings read many records; they get longer. */
+const LISTING_BUDGET_MS = 10_000;
+
+type Reply = string | number | null | Reply[];
+type Arg = string | number;
+
+export interface RedisStoreDeps {
+  logger: Logger;
+  /** Clock for handle and charge times (tests inject one); token buckets use Redis TIME. */
+  now?: () => number;
+}
+
+export class RedisStore implements Store {
+  readonly kind = 'redis' as const;
+
+  private constructor(
+    private readonly client: RedisClient,
+    private readonly keys: KeySpace,
+    /** In Cluster mode global indexes live in other slots: they are written by companion commands. */
+    private readonly clustered: boolean,
+    private readonly now: () => number,
+    private readonly logger: Logger,
+  ) {
+    for (const [name, lua] of Object.entries(SCRIPTS)) client.defineCommand(name, { lua });
+  }
+
+  /** Connects (standalone/Sentinel via `url`, Cluster via `cluster`) or fails clearly: there is no fallback store. */
+  static async connect(storeConfig: GatewayConfig['store'], deps: RedisStoreDeps): Promise<RedisStore> {
+    const redis = storeConfig.redis;
+    if (!redis || (redis.url === undefined) === (redis.cluster === undefined)) {
+      throw new GatewayError('TB_ERR_CONFIG_INVALID', 'store.type redis needs exactly one of store.redis.url or store.redis.cluster');
+    }
+    const keys = new KeySpace(redis.keyPrefix);
+    const client = await openRedisClient(redis, deps.logger);
+    return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger);
+  }
+
+  // ── handles and reservations ─────────────────────────────────────────────────────────────────────
+
+  async createHandle(handle: NewHandle): Promise<void> {
+    if (!(handle.ttlMs >= HANDLE_TTL_FLOOR_MS)) {
+      throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
+    }
+    const k = this.keys.handle(handle.handleHash);
+    const fingerprintSet = this.keys.fingerprint(handle.fingerprint);
+    const now = this.now();
+    const args = [handle.handleHash, handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, now];
+    await this.call('createHandle', async () => {
+      if (!this.clustered) return void (await this.run('tbCreateHandle', [k.handle, k.reservations, fingerprintSet], args));
+      await Promise.all([
+        this.run('tbSetIndexAdd', [fingerprintSet], [handle.handleHash, now + 2 * handle.ttlMs, now]),
+        this.run('tbCreateHandle', [k.handle, k.reservations], args),
+      ]);
+    });
+  }
+
+  async getHandle(handleHash: string): Promise<HandleState | null> {
+    const fields = await this.call('getHandle', () => this.client.hgetall(this.keys.handle(handleHash).handle));
+    const expiresAt = Number(fields.x);
+    if (!(expiresAt > this.now())) return null;
+    const state: HandleState = { principal: fields.p ?? null, balances: {}, funded: {}, expiresAt };
+    for (const [field, value] of Object.entries(fields)) {
+      if (field.startsWith('b:')) state.balances[field.slice(2)] = Number(value);
+      else if (field.startsWith('f:')) state.funded[field.slice(2)] = true;
+    }
+    return state;
+  }
+
+  async findHandlesByFingerprint(fingerprint: string): Promise<string[]> {
+    const now = this.now();
+    return this.call('findHandlesByFingerprint', async () => {
+      const hashes = await this.client.smembers(this.keys.fingerprint(fingerprint));
+      const handles = await Promise.all(hashes.map((hash) => this.client.hmget(this.keys.handle(hash).handle, 'x', 'fp')));
+      return hashes.filter((_, i) => Number(handles[i]?.[0]) > now && handles[i]?.[1] === fingerprint);
+    });
+  }
+
+  async reserve(request: SpendRequest): Promise<SpendDecision> {
+    const k = this.keys.handle(request.handleHash);
+    const member = indexMember(request.handleHash, request.reservationId);
+    const now = this.now();
+    const { ratePerSecond, burst } = request.bucket;
+    const args = [...principalArgs(request.principal), request.sku, request.cost, request.reservationId, request.reservationDeadline, request.ttlMs, ratePerSecond, burst, member, now];
+    const reply = await this.call('reserve', async () => {
+      if (!this.clustered) return this.run('tbReserve', [k.handle, k.reservations, k.charges, this.keys.reservationIndex], args);
+      // The index entry goes first: a spurious entry (the reserve was refused) costs the sweep one look.
+      const [indexed, decided] = await Promise.allSettled([
+        this.run('tbIndexAdd', [this.keys.reservationIndex], [request.reservationDeadline, member, request.reservationDeadline + RETENTION_MS, now, '']),
+        this.run('tbReserve', [k.handle, k.reservations, k.charges], args),
+      ]);
+      if (decided.status === 'rejected') throw decided.reason;
+      if (indexed.status === 'rejected') {
+        // An unindexed reservation would never be swept: give it back now, then report the failure.
+        if (asArray(decided.value)[0] === 'reserved') await this.run('tbRelease', [k.handle, k.reservations], [request.reservationId, member, now]).catch(() => undefined);
+        throw indexed.reason;
+      }
+      return decided.value;
+    });
+    const [kind, a, b, c, d] = asArray(reply);
+    switch (kind) {
+      case 'unknown_handle':
+      case 'bound_to_other_principal':
+        return { kind };
+      case 'rate_limited':
+        return { kind, retryAfterMs: Number(a) };
+      case 'insufficient':
+        return { kind, balance: Number(a), funded: Number(b) === 1, pending: parseCharge(c), lastCharge: parseCharge(d) };
+      case 'reserved':
+        if (typeof b === 'string') this.background('extendFingerprint', this.run('tbSetIndexAdd', [this.keys.fingerprint(b)], ['', Number(c), now]));
+        return { kind, remaining: Number(a) };
+      default:
+        throw new GatewayError('TB_ERR_INTERNAL', `unexpected reserve reply from Redis: ${String(kind)}`);
+    }
+  }
+
+  async commit(handleHash: string, reservationId: string): Promise<number | null> {
+    return this.settleReservation('commit', 'tbCommit', handleHash, reservationId);
+  }
+
+  async release(handleHash: string, reservationId: string): Promise<number | null> {
+    return this.settleReservation('release', 'tbRelease', handleHash, reservationId);
+  }
+
+  async releaseStaleReservations(now: number, limit: number): Promise<number> {
+    if (limit <= 0) return 0;
+    const clock = this.now();
+    const index = this.keys.reservationIndex;
+    return this.call(
+      'releaseStaleReservations',
+      async () => {
+        const members = await this.client.zrangebyscore(index, '-inf', `(${now}`, 'LIMIT', 0, limit);
+        const byHandle = groupMembers(members);
+        const counts = await Promise.all(
+          [...byHandle].map(async ([handleHash, ids]) => {
+            const k = this.keys.handle(handleHash);
+            const keys = this.clustered ? [k.handle, k.reservations] : [k.handle, k.reservations, index];
+            return Number(await this.run('tbReleaseStale', keys, [now, clock, handleHash, ...ids]));
+          }),
+        );
+        // Each member names one reservation, now released or already gone: removing it is safe.
+        if (this.clustered && members.length > 0) await this.client.zrem(index, ...members);
+        return counts.reduce((sum, count) => sum + count, 0);
+      },
+      LISTING_BUDGET_MS,
+    );
+  }
+
+  async grantCredits(handleHash: string, sku: string, credits: number): Promise<number> {
+    if (!Number.isSafeInteger(credits) || credits <= 0) {
+      throw new GatewayError('TB_ERR_INVALID_PARAMS', `credits to grant must be a positive integer, got ${credits}`);
+    }
+    const k = this.keys.handle(handleHash);
+    const balance = await this.call('grantCredits', () => this.run('tbGrantCredits', [k.handle], [sku, credits, this.now()]));
+    if (balance === null) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
+    return Number(balance);
+  }
+
+  // ── charges ──────────────────────────────────────────────────────────────────────────────────────
+
+  async beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult> {
+    const { handleHash, sku, nonce, now } = request;
+    const charge: ChargeRecord = {
+      nonce,
+      handleHash,
+      sku,
+      ...request.snapshot,
+      status: 'opening',
+      providerRef: null,
+      checkoutUrl: null,
+      openedAt: now,
+      expiresAt: now + request.ttlMs,
+      lastPolledAt: 0,
+      nextPollAt: now + request.firstPollDelayMs,
+      pollCount: 0,
+      grantedCredits: 0,
+      receivedAmount: null,
+    };
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, nonce);
+    const clock = this.now();
+    const { allCharges, liveCharges } = this.keys;
+    return this.call('beginCharge', async () => {
+      const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, allCharges, liveCharges];
+      const [kind, existing] = asArray(await this.run('tbBeginCharge', keys, [sku, nonce, JSON.stringify(charge), now, member, clock, OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS]));
+      if (kind === 'existing') return { kind: 'existing', charge: parseCharge(existing) as ChargeRecord };
+      if (this.clustered) {
+        const ends = chargeEnd(charge);
+        await Promise.all([this.indexAdd(allCharges, ends, member, ends, clock, 'end'), this.indexAdd(liveCharges, ends, member, ends, clock, 'end')]);
+      }
+      return { kind: 'begun', charge };
+    });
+  }
+
+  async attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, nonce);
+    const refKey = this.keys.providerRef(link.providerRef);
+    const clock = this.now();
+    const { dueCharges, liveCharges, allCharges } = this.keys;
+    return this.call('attachLink', async () => {
+      const keys = this.clustered ? [k.charges] : [k.charges, dueCharges, liveCharges, allCharges, refKey];
+      const charge = parseCharge(await this.run('tbAttachLink', keys, [nonce, link.providerRef, link.checkoutUrl, member, clock]));
+      if (charge && this.clustered) {
+        const ends = chargeEnd(charge);
+        await Promise.all([
+          this.indexAdd(dueCharges, charge.nextPollAt, member, ends, clock, ''),
+          this.indexAdd(liveCharges, ends, member, ends, clock, 'end'),
+          this.indexAdd(allCharges, ends, member, ends, clock, 'end'),
+          this.client.set(refKey, member, 'PX', Math.max(1_000, ends - clock)),
+        ]);
+      }
+      return charge;
+    });
+  }
+
+  async abortCharge(handleHash: string, nonce: string): Promise<void> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, nonce);
+    const { allCharges, liveCharges } = this.keys;
+    await this.call('abortCharge', async () => {
+      const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, allCharges, liveCharges];
+      const aborted = Number(await this.run('tbAbortCharge', keys, [nonce, member, this.now()])) === 1;
+      if (aborted && this.clustered) await Promise.all([this.client.zrem(allCharges, member), this.client.zrem(liveCharges, member)]);
+    });
+  }
+
+  async getCharge(handleHash: string, nonce: string): Promise<ChargeRecord | null> {
+    const raw = await this.call('getCharge', () => this.client.hget(this.keys.handle(handleHash).charges, nonce));
+    return this.liveCharge(parseCharge(raw));
+  }
+
+  async findChargeByRef(providerRef: string): Promise<ChargeRecord | null> {
+    return this.call('findChargeByRef', async () => {
+      const target = parseIndexMember((await this.client.get(this.keys.providerRef(providerRef))) ?? '');
+      if (!target) return null;
+      const charge = this.liveCharge(parseCharge(await this.client.hget(this.keys.handle(target.handleHash).charges, target.id)));
+      return charge?.providerRef === providerRef ? charge : null;
+    });
+  }
+
+  async takePollSlot(handleHash: string, nonce: string, now: number, minIntervalMs: number, nextPollAt: number): Promise<boolean> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, nonce);
+    const clock = this.now();
+    return this.call('takePollSlot', async () => {
+      const keys = this.clustered ? [k.charges] : [k.charges, this.keys.dueCharges];
+      const [taken, status, ends] = asArray(await this.run('tbTakePollSlot', keys, [nonce, now, minIntervalMs, nextPollAt, member, clock]));
+      // Cluster: (re)index a pending charge; a claim racing this leaves a member dueCharges drops.
+      if (Number(taken) === 1 && status === 'pending' && this.clustered) await this.indexAdd(this.keys.dueCharges, nextPollAt, member, Number(ends), clock, '');
+      return Number(taken) === 1;
+    });
+  }
+
+  async claimSettlement(claim: SettlementClaim): Promise<ClaimResult> {
+    const k = this.keys.handle(claim.handleHash);
+    const member = indexMember(claim.handleHash, claim.nonce);
+    const { dueCharges, liveCharges } = this.keys;
+    return this.call('claimSettlement', async () => {
+      const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges];
+      const received = claim.receivedAmount === null ? ['0', ''] : ['1', claim.receivedAmount];
+      const [claimed, raw, balance] = asArray(await this.run('tbClaimSettlement', keys, [claim.nonce, claim.outcome, claim.credits, ...received, member, this.now()]));
+      if (Number(claimed) === 1 && this.clustered) await Promise.all([this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member)]);
+      return { claimed: Number(claimed) === 1, charge: parseCharge(raw), balance: Number(balance) };
+    });
+  }
+
+  async abandonCharge(handleHash: string, nonce: string): Promise<boolean> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, nonce);
+    const { dueCharges, liveCharges } = this.keys;
+    return this.call('abandonCharge', async () => {
+      const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges];
+      const abandoned = Number(await this.run('tbAbandonCharge', keys, [nonce, member, this.now()])) === 1;
+      if (abandoned && this.clustered) await Promise.all([this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member)]);
+      return abandoned;
+    });
+  }
+
+  async dueCharges(now: number, limit: number): Promise<ChargeRecord[]> {
+    if (limit <= 0) return [];
+    const index = this.keys.dueCharges;
+    return this.call(
+      'dueCharges',
+      async () => {
+        const members = await this.client.zrangebyscore(index, '-inf', now, 'LIMIT', 0, limit);
+        const charges = await this.readCharges(members);
+        // Members whose charge is gone or no longer pending (possible in Cluster mode) are dropped.
+        const stale = members.filter((_, i) => charges[i]?.status !== 'pending');
+        if (stale.length > 0) await this.client.zrem(index, ...stale);
+        return charges
+          .filter((charge): charge is ChargeRecord => charge?.status === 'pending' && charge.nextPollAt <= now)
+          .sort((a, b) => a.nextPollAt - b.nextPollAt);
+      },
+      LISTING_BUDGET_MS,
+    );
+  }
+
+  async listCharges(status?: ChargeStatus): Promise<ChargeRecord[]> {
+    const clock = this.now();
+    return this.call(
+      'listCharges',
+      async () => {
+        const members = await this.client.zrangebyscore(this.keys.allCharges, `(${clock}`, '+inf');
+        return (await this.readCharges(members))
+          .filter((charge): charge is ChargeRecord => charge !== null && (status === undefined || charge.status === status))
+          .sort((a, b) => a.openedAt - b.openedAt);
+      },
+      LISTING_BUDGET_MS,
+    );
+  }
+
+  async countPendingCharges(): Promise<number> {
+    const clock = this.now();
+    return this.call('countPendingCharges', () => this.client.zcount(this.keys.liveCharges, `(${clock}`, '+inf'));
+  }
+
+  // ── throttles, lease, dev links ──────────────────────────────────────────────────────────────────
+
+  async takeChallengeToken(clientKey: string, bucket: { ratePerSecond: number; burst: number }): Promise<{ allowed: boolean; retryAfterMs: number }> {
+    const wait = await this.call('takeChallengeToken', () => this.run('tbTakeChallengeToken', [this.keys.challengeBucket(clientKey)], [bucket.ratePerSecond, bucket.burst]));
+    return { allowed: Number(wait) === 0, retryAfterMs: Number(wait) };
+  }
+
+  async acquireLease(name: string, owner: string, ttlMs: number): Promise<boolean> {
+    return Number(await this.call('acquireLease', () => this.run('tbAcquireLease', [this.keys.lease(name)], [owner, Math.max(1, Math.ceil(ttlMs))]))) === 1;
+  }
+
+  async putDevLink(link: DevLink): Promise<void> {
+    const ttl = Math.max(1_000, link.expiresAt + RETENTION_MS - this.now());
+    await this.call('putDevLink', () => this.client.set(this.keys.devLink(link.id), JSON.stringify(link), 'PX', ttl));
+  }
+
+  async getDevLink(id: string): Promise<DevLink | null> {
+    const raw = await this.call('getDevLink', () => this.client.get(this.keys.devLink(id)));
+    return raw === null ? null : (JSON.parse(raw) as DevLink);
+  }
+
+  async payDevLink(id: string, receivedAmount: string): Promise<boolean> {
+    return Number(await this.call('payDevLink', () => this.run('tbPayDevLink', [this.keys.devLink(id)], [receivedAmount, this.now()]))) === 1;
+  }
+
+  async ping(): Promise<void> {
+    await this.call('ping', () => this.client.ping());
+  }
+
+  async close(): Promise<void> {
+    try {
+      await withBudget(this.client.quit(), CALL_BUDGET_MS, 'QUIT unanswered');
+    } catch {
+      this.client.disconnect();
+    }
+  }
+
+  // ── internals ────────────────────────────────────────────────────────────────────────────────────
+
+  private async settleReservation(op: string, script: 'tbCommit' | 'tbRelease', handleHash: string, reservationId: string): Promise<number | null> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, reservationId);
+    const index = this.keys.reservationIndex;
+    const balance = await this.call(op, () => this.run(script, this.clustered ? [k.handle, k.reservations] : [k.handle, k.reservations, index], [reservationId, member, this.now()]));
+    // Cluster: the index entry is dropped off the call path; if that fails, the stale sweep drops it.
+    if (this.clustered) this.background('dropReservationIndex', this.client.zrem(index, member));
+    return balance === null ? null : Number(balance);
+  }
+
+  /** Reads the charges named by index members, in order; null where a charge is gone. */
+  private async readCharges(members: string[]): Promise<(ChargeRecord | null)[]> {
+    return Promise.all(
+      members.map(async (member) => {
+        const target = parseIndexMember(member);
+        if (!target) return null;
+        return this.liveCharge(parseCharge(await this.client.hget(this.keys.handle(target.handleHash).charges, target.id)));
+      }),
+    );
+  }
+
+  /** A charge past its end (link expiry + retention) reads as gone, as in the memory store. */
+  private liveCharge(charge: ChargeRecord | null): ChargeRecord | null {
+    return charge && chargeEnd(charge) > this.now() ? charge : null;
+  }
+
+  private indexAdd(index: string, score: number, member: string, liveUntil: number, now: number, mode: 'end' | ''): Promise<Reply> {
+    return this.run('tbIndexAdd', [index], [score, member, liveUntil, now, mode]);
+  }
+
+  private run(script: ScriptName, keys: string[], args: Arg[]): Promise<Reply> {
+    const command = (this.client as unknown as Record<ScriptName, (numKeys: number, ...rest: Arg[]) => Promise<Reply>>)[script];
+    return command.call(this.client, keys.length, ...keys, ...args);
+  }
+
+  /** Runs one store operation within the call budget; any Redis failure becomes TB_ERR_STORE_UNAVAILABLE. */
+  private async call<T>(op: string, work: () => Promise<T>, budgetMs = CALL_BUDGET_MS): Promise<T> {
+    try {
+      return await withBudget(work(), budgetMs, `no answer within ${budgetMs} ms`);
+    } catch (err) {
+      if (err instanceof GatewayError) throw err;
+      throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the Redis store is unavailable (${op}): ${errorMessage(err)}`, { cause: err });
+    }
+  }
+
+  /** Best-effort index upkeep that must not delay or fail the call it follows. */
+  private background(op: string, work: Promise<unknown>): void {
+    work.catch((err: unknown) => this.logger.debug({ op, err: errorMessage(err) }, 'redis index upkeep failed; the reconciler will catch up'));
+  }
+}
+
+// ── replies ────────────────────────────────────────────────────────────────────────────────────────
+
+const principalArgs = (principal: string | null): [string, string] => (principal === null ? ['0', ''] : ['1', principal]);
+
+const asArray = (reply: Reply): Reply[] => (Array.isArray(reply) ? reply : [reply]);
+
+function parseCharge(raw: Reply | undefined): ChargeRecord | null {
+  return typeof raw === 'string' ? (JSON.parse(raw) as ChargeRecord) : null;
+}
+
+/** When a charge record expires: mirrors charge_end in lua/prelude.ts. */
+const chargeEnd = (charge: ChargeRecord): number => (charge.status === 'opening' ? charge.expiresAt : charge.expiresAt + RETENTION_MS);
+
+function groupMembers(members: string[]): Map<string, string[]> {
+  const byHandle = new Map<string, string[]>();
+  for (const member of members) {
+    const target = parseIndexMember(member);
+    if (!target) continue;
+    const ids = byHandle.get(target.handleHash) ?? [];
+    ids.push(target.id);
+    byHandle.set(target.handleHash, ids);
+  }
+  return byHandle;
+}

@@ -1,0 +1,157 @@
+// The store interface (SPEC §8): everything money-related the gateway keeps. Two implementations,
+// memory.ts (one process) and redis.ts (any number of replicas), pass test/store/conformance.ts.
+// Every method is one atomic decision that returns all the caller needs: the paywall never reads,
+// decides in JavaScript, then writes. Handles are never given to the store: only their keyed hash
+// (paywall/handles.ts), so the store can be dumped without leaking a bearer credential.
+
+/** Everything a charge (one checkout link) remembers. Amount/credits are the price snapshot at opening (§7.4). */
+export interface ChargeRecord {
+  nonce: string;
+  handleHash: string;
+  sku: string;
+  label: string;
+  amount: string; // decimal string, snapshot
+  currency: string;
+  credits: number; // pack size, snapshot
+  tool: string;
+  status: ChargeStatus;
+  providerRef: string | null; // null while the link is being opened
+  checkoutUrl: string | null;
+  openedAt: number; // epoch ms
+  expiresAt: number; // epoch ms: the link's end of life
+  lastPolledAt: number; // epoch ms, 0 = never
+  nextPollAt: number; // epoch ms: when the reconciler should look next
+  pollCount: number;
+  grantedCredits: number; // set by claimSettlement
+  receivedAmount: string | null; // as reported when settled/underpaid
+}
+
+export type ChargeStatus = 'opening' | 'pending' | 'underpaid' | 'settled' | 'abandoned';
+
+export interface HandleState {
+  principal: string | null;
+  balances: Record<string, number>; // available credits per SKU (reservations already taken out)
+  funded: Record<string, boolean>; // true once any settlement granted credits for that SKU
+  expiresAt: number;
+}
+
+export interface NewHandle {
+  handleHash: string;
+  fingerprint: string; // first 9 + ".." + last 4 of the handle, for operators (`tollbooth handle show`)
+  principal: string | null;
+  ttlMs: number;
+}
+
+export interface SpendRequest {
+  handleHash: string;
+  principal: string | null; // caller's principal (null when auth is off)
+  sku: string;
+  cost: number;
+  reservationId: string;
+  reservationDeadline: number; // epoch ms after which the reconciler may release it (callDeadline + 5 s)
+  ttlMs: number; // handle slide
+  bucket: { ratePerSecond: number; burst: number };
+}
+
+/** The answer of `reserve`: the first of §6.2 steps 3–6 that decided the call. */
+export type SpendDecision =
+  | { kind: 'unknown_handle' }
+  | { kind: 'bound_to_other_principal' }
+  | { kind: 'rate_limited'; retryAfterMs: number }
+  | { kind: 'insufficient'; balance: number; funded: boolean; pending: ChargeRecord | null; lastCharge: ChargeRecord | null }
+  | { kind: 'reserved'; remaining: number };
+
+export interface OpenChargeRequest {
+  handleHash: string;
+  sku: string;
+  nonce: string; // fresh, used only if a new charge is begun
+  snapshot: { label: string; amount: string; currency: string; credits: number; tool: string };
+  now: number;
+  ttlMs: number; // chargeTtl
+  firstPollDelayMs: number; // ~3 s
+}
+
+/** `beginCharge`: either the pending charge to reuse, or the caller now owns opening a new one. */
+export type BeginChargeResult =
+  | { kind: 'existing'; charge: ChargeRecord } // status 'pending' with a link, or 'opening' by someone else
+  | { kind: 'begun'; charge: ChargeRecord }; // status 'opening': call the provider, then attachLink
+
+export interface SettlementClaim {
+  handleHash: string;
+  nonce: string;
+  outcome: 'settled' | 'underpaid';
+  credits: number; // credits to grant (0 for underpaid)
+  receivedAmount: string | null;
+}
+
+export interface ClaimResult {
+  claimed: boolean; // true for exactly one caller per charge
+  charge: ChargeRecord | null;
+  balance: number; // the handle's balance for the SKU after the call
+}
+
+export interface Store {
+  readonly kind: 'memory' | 'redis';
+  /** Refuses ttlMs < 1 h (TB_ERR_STORE_TTL_FLOOR). */
+  createHandle(handle: NewHandle): Promise<void>;
+  getHandle(handleHash: string): Promise<HandleState | null>;
+  /** Operator look-up: the hashes of live handles with this fingerprint (usually one). */
+  findHandlesByFingerprint(fingerprint: string): Promise<string[]>;
+  /** §6.2 steps 3–6 in one atomic step: existence, binding, token bucket, reserve `cost`, slide. */
+  reserve(request: SpendRequest): Promise<SpendDecision>;
+  /** Makes a reservation final; returns the balance left (net of other reservations), or null if it no longer exists. */
+  commit(handleHash: string, reservationId: string): Promise<number | null>;
+  /** Gives a reservation's credits back; returns the balance, or null if it no longer exists (already committed/released). */
+  release(handleHash: string, reservationId: string): Promise<number | null>;
+  /** Reservations whose deadline passed (a gateway died mid-call) are released; returns how many. */
+  releaseStaleReservations(now: number, limit: number): Promise<number>;
+  /** Grants credits outside a settlement (operator `credits grant`); returns the new balance. */
+  grantCredits(handleHash: string, sku: string, credits: number): Promise<number>;
+
+  /** §6.5 "at most one pending charge per SKU": reuse, or begin opening a new one. */
+  beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult>;
+  /** Stores the provider's link on an 'opening' charge, making it 'pending'. */
+  attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null>;
+  /** Drops an 'opening' charge whose provider call failed, so the next challenge tries again. */
+  abortCharge(handleHash: string, nonce: string): Promise<void>;
+  getCharge(handleHash: string, nonce: string): Promise<ChargeRecord | null>;
+  findChargeByRef(providerRef: string): Promise<ChargeRecord | null>;
+  /** True (and records the poll) if nobody polled this charge in the last minIntervalMs; schedules the next reconciler poll. */
+  takePollSlot(handleHash: string, nonce: string, now: number, minIntervalMs: number, nextPollAt: number): Promise<boolean>;
+  /** §7.5 exactly once: claim + grant + status change in one atomic step. */
+  claimSettlement(claim: SettlementClaim): Promise<ClaimResult>;
+  /** pending → abandoned (never underpaid/settled). Returns true if it changed. */
+  abandonCharge(handleHash: string, nonce: string): Promise<boolean>;
+  /** Charges due for a reconciler poll (nextPollAt ≤ now), oldest first, at most `limit`. */
+  dueCharges(now: number, limit: number): Promise<ChargeRecord[]>;
+  listCharges(status?: ChargeStatus): Promise<ChargeRecord[]>;
+  countPendingCharges(): Promise<number>;
+
+  /** Per-client challenge throttle (§6.2 step 2): a token bucket keyed by client address or principal. */
+  takeChallengeToken(clientKey: string, bucket: { ratePerSecond: number; burst: number }): Promise<{ allowed: boolean; retryAfterMs: number }>;
+
+  /** Reconciler lease: true if this owner holds it for ttlMs from now. */
+  acquireLease(name: string, owner: string, ttlMs: number): Promise<boolean>;
+
+  /** dev provider state (§7.3): its links live in the store so any replica can read them. */
+  putDevLink(link: DevLink): Promise<void>;
+  getDevLink(id: string): Promise<DevLink | null>;
+  /** Marks a dev link paid with the amount received; false if unknown or not active. */
+  payDevLink(id: string, receivedAmount: string): Promise<boolean>;
+
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface DevLink {
+  id: string;
+  label: string;
+  amount: string;
+  currency: string;
+  credits: number;
+  expiresAt: number;
+  status: 'active' | 'completed' | 'expired';
+  receivedAmount: string | null;
+}
+
+export const HANDLE_TTL_FLOOR_MS = 3_600_000;

@@ -1,0 +1,138 @@
+// The `tollbooth` binary as an operator runs it: a real process, real files, real exit codes.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { parseConfigText } from '../src/config/load.js';
+import { mintHandle } from '../src/paywall/handles.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'tollbooth-cli-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+
+const VALID = `
+upstream:
+  url: http://127.0.0.1:3001/mcp
+  headers: { Authorization: "Bearer \${UPSTREAM_TOKEN}" }
+payments:
+  provider: moove
+  moove: { apiKey: "\${MOOVE_API_KEY}" }
+handles: { hashSecret: hash-secret-value }
+skus:
+  research: { label: Research tools, amount: "5.00", currency: USDC, credits: 250 }
+tools:
+  fetch_readable: { sku: research, cost: 1 }
+`;
+const INVALID = 'upstream:\n  url: http://127.0.0.1:3001/mcp\nskus:\n  research: { label: R, amount: 5, currency: USDC, credits: 250 }\n';
+const ENV = { UPSTREAM_TOKEN: 'upstream-token-value', MOOVE_API_KEY: 'sk_live_key_value' };
+
+function configFile(name: string, text: string): string {
+  const file = join(dir, name);
+  writeFileSync(file, text);
+  return file;
+}
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function tollbooth(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    const childEnv = { ...process.env, ...env };
+    if (!('TOLLBOOTH_CONFIG' in env)) delete childEnv.TOLLBOOTH_CONFIG;
+    execFile(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], { cwd: ROOT, env: childEnv }, (error, stdout, stderr) => {
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : null) : 0, stdout, stderr });
+    });
+  });
+}
+
+// Every process is started up front so their start-up costs overlap; each test awaits its own.
+const validFile = configFile('valid.yaml', VALID);
+const missingFile = join(dir, 'nope.yaml');
+const invalidFile = configFile('invalid.yaml', INVALID);
+const envFile = configFile('from-env.yaml', 'upstream: { url: "http://127.0.0.1:3001/mcp" }\nserver: { port: 9191 }\n');
+const unknownHandle = mintHandle();
+const runs = {
+  check: tollbooth(['check', '--config', validFile], ENV),
+  checkFromEnv: tollbooth(['check'], { TOLLBOOTH_CONFIG: envFile }),
+  checkInvalid: tollbooth(['check', '--config', invalidFile]),
+  checkMissing: tollbooth(['check', '--config', missingFile]),
+  unknownVerb: tollbooth(['frobnicate']),
+  unknownFlag: tollbooth(['check', '--confg', 'x.yaml']),
+  showWithoutArgument: tollbooth(['handle', 'show', '--config', validFile], ENV),
+  chargesList: tollbooth(['charges', 'list', '--status', 'pending', '--config', validFile], ENV),
+  grantBadCredits: tollbooth(['credits', 'grant', unknownHandle, '--sku', 'research', '--credits', 'ten', '--reason', 'x', '--config', validFile], ENV),
+  grantUnknownHandle: tollbooth(['credits', 'grant', unknownHandle, '--sku', 'research', '--credits', '10', '--reason', 'x', '--config', validFile], ENV),
+};
+
+t.test('check prints the effective config with defaults applied and secrets masked, exit 0', async (t) => {
+  const run = await runs.check;
+  t.equal(run.code, 0, run.stderr);
+  t.match(run.stdout, /port: 8080/);
+  t.match(run.stdout, /callDeadline: 20000/);
+  t.match(run.stdout, /apiKey: "\*\*\*"/);
+  t.match(run.stdout, /hashSecret: "\*\*\*"/);
+  t.match(run.stdout, /Authorization: "\*\*\*"/);
+  t.notMatch(run.stdout, /sk_live_key_value|upstream-token-value|hash-secret-value/);
+  // The printed config is itself a valid config (durations in ms, sizes in bytes).
+  t.equal(parseConfigText(run.stdout, 'printed.yaml', {}).tools.fetch_readable?.cost, 1);
+});
+
+t.test('check reads TOLLBOOTH_CONFIG when --config is not given', async (t) => {
+  const run = await runs.checkFromEnv;
+  t.equal(run.code, 0, run.stderr);
+  t.match(run.stdout, /port: 9191/);
+});
+
+t.test('check of an invalid config prints where and why, exit 1', async (t) => {
+  const run = await runs.checkInvalid;
+  t.equal(run.code, 1);
+  t.match(run.stderr, `${invalidFile}:4:33 skus.research.amount: expected a decimal amount written as a string`);
+  t.equal(run.stdout, '');
+});
+
+t.test('check of a missing config file names it, exit 1', async (t) => {
+  const run = await runs.checkMissing;
+  t.equal(run.code, 1);
+  t.match(run.stderr, `${missingFile}: cannot read the config file`);
+});
+
+t.test('an unknown command prints usage on stderr, exit 2', async (t) => {
+  const run = await runs.unknownVerb;
+  t.equal(run.code, 2);
+  t.match(run.stderr, 'unknown command "frobnicate"');
+  t.match(run.stderr, 'usage: tollbooth <command>');
+});
+
+t.test('an unknown flag prints usage on stderr, exit 2', async (t) => {
+  const run = await runs.unknownFlag;
+  t.equal(run.code, 2);
+  t.match(run.stderr, "Unknown option '--confg'");
+  t.match(run.stderr, 'usage: tollbooth <command>');
+});
+
+t.test('an admin verb without its argument is a usage error, exit 2', async (t) => {
+  const run = await runs.showWithoutArgument;
+  t.equal(run.code, 2);
+  t.match(run.stderr, 'expected <handle|fingerprint>, got none');
+});
+
+t.test('charges list against the configured (memory) store, exit 0', async (t) => {
+  const run = await runs.chargesList;
+  t.equal(run.code, 0, run.stderr);
+  t.equal(run.stdout, 'no pending charges\n');
+});
+
+t.test('credits grant with a bad credit count is a usage error, an unknown handle exit 1', async (t) => {
+  const bad = await runs.grantBadCredits;
+  t.equal(bad.code, 2);
+  t.match(bad.stderr, '--credits must be a positive integer');
+  const unknown = await runs.grantUnknownHandle;
+  t.equal(unknown.code, 1);
+  t.match(unknown.stderr, 'no live handle tb_s_');
+  t.notMatch(unknown.stderr, unknownHandle);
+});

@@ -1,0 +1,173 @@
+// Real redis-server processes for the store tests: each on free ports, in its own temp dir, never the
+// machine's Redis on 6379. Every process started here is killed when the test process exits.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface RedisServer {
+  url: string;
+  port: number;
+  /** SIGTERM, wait for exit, remove the data dir. */
+  stop(): Promise<void>;
+  /** Sends a signal without waiting (SIGKILL = crash, SIGSTOP/SIGCONT = hang/resume). */
+  kill(signal: NodeJS.Signals): void;
+  /** Starts the server again on the same port and data dir (after kill or stop). */
+  restart(): Promise<void>;
+}
+
+export interface RedisCluster {
+  seeds: string[];
+  ports: number[];
+  stop(): Promise<void>;
+}
+
+export interface StartRedisOptions {
+  /** AOF with fsync on every write, so a SIGKILLed server restarts with its data. */
+  persist?: boolean;
+}
+
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
+export async function startRedis(options: StartRedisOptions = {}): Promise<RedisServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'tb-redis-'));
+  const port = await freePort(false);
+  const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--daemonize', 'no', '--loglevel', 'warning'];
+  let child = await launch(args, port);
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    async stop() {
+      await terminate(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+    kill(signal) {
+      child.kill(signal);
+    },
+    async restart() {
+      await terminate(child);
+      child = await launch(args, port);
+    },
+  };
+}
+
+export async function startRedisCluster(): Promise<RedisCluster> {
+  const nodes: { child: ChildProcess; dir: string; port: number }[] = [];
+  for (let i = 0; i < 3; i++) {
+    const dir = mkdtempSync(join(tmpdir(), 'tb-redis-cluster-'));
+    const port = await freePort(true);
+    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--loglevel', 'warning'];
+    nodes.push({ child: await launch(args, port), dir, port });
+  }
+  const ports = nodes.map((n) => n.port);
+  const created = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8', timeout: 20_000 });
+  if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stdout}${created.stderr}`);
+  await waitFor(async () => ports.every((p) => /cluster_state:ok/.test(cli(p, 'cluster', 'info'))), 'cluster_state:ok on every node');
+  // Every node must also agree that all 16384 slots are served before the first command is routed.
+  await waitFor(async () => ports.every((p) => /cluster_slots_ok:16384/.test(cli(p, 'cluster', 'info'))), 'all slots ok');
+  return {
+    seeds: ports.map((p) => `redis://127.0.0.1:${p}`),
+    ports,
+    async stop() {
+      await Promise.all(nodes.map((n) => terminate(n.child)));
+      for (const n of nodes) rmSync(n.dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A Sentinel monitoring `masterPort` as `masterName` (quorum 1); `url` is the store URL for it. */
+export async function startRedisSentinel(masterPort: number, masterName = 'tbmaster'): Promise<{ url: string; port: number; stop(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'tb-redis-sentinel-'));
+  const port = await freePort(false);
+  const config = join(dir, 'sentinel.conf');
+  writeFileSync(config, [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor ${masterName} 127.0.0.1 ${masterPort} 1`, ''].join('\n'));
+  const child = await launch([config, '--sentinel', '--loglevel', 'warning'], port);
+  await waitFor(async () => cli(port, 'sentinel', 'get-master-addr-by-name', masterName).includes(String(masterPort)), 'sentinel to know its master');
+  return {
+    url: `redis://127.0.0.1:${port}/0?sentinelMasterName=${masterName}`,
+    port,
+    async stop() {
+      await terminate(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Runs redis-cli against a local port and returns its stdout. */
+export function cli(port: number, ...args: string[]): string {
+  return spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { encoding: 'utf8', timeout: 5_000 }).stdout ?? '';
+}
+
+async function launch(args: string[], port: number): Promise<ChildProcess> {
+  const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  live.add(child);
+  child.once('exit', () => live.delete(child));
+  try {
+    await waitFor(async () => {
+      if (child.exitCode !== null) throw new Error(`redis-server exited (${child.exitCode}): ${stderr}`);
+      return cli(port, 'ping').trim() === 'PONG';
+    }, `redis-server on port ${port}`);
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+  return child;
+}
+
+async function terminate(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGCONT'); // a stopped process would never handle SIGTERM
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 3_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+async function waitFor(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await sleep(50);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** A free port (and, for cluster nodes, its bus port + 10000), away from 6379. */
+async function freePort(withBus: boolean): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = withBus ? 20_000 + Math.floor(Math.random() * 25_000) : await ephemeralPort();
+    if (port === 6379 || port === 16379) continue;
+    if (!(await canListen(port))) continue;
+    if (withBus && !(await canListen(port + 10_000))) continue;
+    return port;
+  }
+  throw new Error('no free port for redis-server');
+}
+
+function ephemeralPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}

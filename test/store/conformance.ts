@@ -1,0 +1,811 @@
+// The behavioural suite every Store must pass (SPEC §8): memory.test.ts and the Redis tests run it
+// unchanged. Handle and charge times come from the injected clock or from `now` arguments, so the
+// suite moves a manual clock for them. Token buckets and leases may run on the store's own clock
+// (Redis TIME): tests that need them to refill or expire move the manual clock and, unless the
+// store says its clock is controllable, also wait that long for real (short waits only).
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Test } from 'tap';
+import {
+  HANDLE_TTL_FLOOR_MS,
+  type BeginChargeResult,
+  type ChargeRecord,
+  type OpenChargeRequest,
+  type SpendDecision,
+  type SpendRequest,
+  type Store,
+} from '../../src/store/store.js';
+
+/** Returns a new, empty store on the given clock (Redis: a flushed database or a fresh key prefix): the global views (dueCharges, listCharges, countPendingCharges) must see only this test's data. */
+export type MakeStore = (opts: { now: () => number }) => Promise<Store>;
+
+export interface ConformanceOptions {
+  /** True when the store's buckets and leases read the injected clock (memory), so no real waits are needed. */
+  controllableClock?: boolean;
+}
+
+const HOUR = 3_600_000;
+const SKU = 'research';
+const OTHER_SKU = 'archive';
+const GENEROUS = { ratePerSecond: 10_000, burst: 10_000 };
+const SNAPSHOT = { label: 'Research pack', amount: '5.00', currency: 'USD', credits: 10, tool: 'fetch_readable' };
+const CHARGE_TTL = 30 * 60_000;
+
+const randomId = (prefix: string): string => `${prefix}${randomBytes(12).toString('base64url')}`;
+
+export class ManualClock {
+  at = Date.now();
+  readonly now = (): number => this.at;
+  advance(ms: number): void {
+    this.at += ms;
+  }
+}
+
+/** One store plus the helpers the tests share. Handle hashes and nonces are random, never reused. */
+export class StoreFixture {
+  constructor(
+    readonly store: Store,
+    readonly clock: ManualClock,
+    private readonly controllableClock: boolean,
+  ) {}
+
+  async handle(options: { principal?: string | null; credits?: number; fingerprint?: string; ttlMs?: number; sku?: string } = {}): Promise<string> {
+    const handleHash = randomId('h_');
+    await this.store.createHandle({
+      handleHash,
+      fingerprint: options.fingerprint ?? randomId('tb_s_').slice(0, 9) + '..' + randomId('').slice(0, 4),
+      principal: options.principal ?? null,
+      ttlMs: options.ttlMs ?? HOUR,
+    });
+    if (options.credits) await this.store.grantCredits(handleHash, options.sku ?? SKU, options.credits);
+    return handleHash;
+  }
+
+  spendRequest(handleHash: string, overrides: Partial<SpendRequest> = {}): SpendRequest {
+    return {
+      handleHash,
+      principal: null,
+      sku: SKU,
+      cost: 1,
+      reservationId: randomId('r_'),
+      reservationDeadline: this.clock.now() + 65_000,
+      ttlMs: HOUR,
+      bucket: GENEROUS,
+      ...overrides,
+    };
+  }
+
+  spend(handleHash: string, overrides: Partial<SpendRequest> = {}): Promise<SpendDecision> {
+    return this.store.reserve(this.spendRequest(handleHash, overrides));
+  }
+
+  begin(handleHash: string, overrides: Partial<OpenChargeRequest> = {}): Promise<BeginChargeResult> {
+    return this.store.beginCharge({
+      handleHash,
+      sku: SKU,
+      nonce: randomId('n_'),
+      snapshot: SNAPSHOT,
+      now: this.clock.now(),
+      ttlMs: CHARGE_TTL,
+      firstPollDelayMs: 3_000,
+      ...overrides,
+    });
+  }
+
+  /** A charge with its link attached: what a challenge shows. */
+  async pendingCharge(handleHash: string, overrides: Partial<OpenChargeRequest> = {}): Promise<ChargeRecord> {
+    const begun = await this.begin(handleHash, overrides);
+    if (begun.kind !== 'begun') throw new Error(`expected a new charge, got ${begun.kind}`);
+    const ref = randomId('ref_');
+    const charge = await this.store.attachLink(handleHash, begun.charge.nonce, { providerRef: ref, checkoutUrl: `https://pay.test/${ref}` });
+    if (!charge) throw new Error('attachLink returned null');
+    return charge;
+  }
+
+  async settle(handleHash: string, charge: ChargeRecord, credits: number, outcome: 'settled' | 'underpaid' = 'settled') {
+    return this.store.claimSettlement({ handleHash, nonce: charge.nonce, outcome, credits, receivedAmount: charge.amount });
+  }
+
+  async balance(handleHash: string, sku = SKU): Promise<number | null> {
+    const state = await this.store.getHandle(handleHash);
+    return state ? (state.balances[sku] ?? 0) : null;
+  }
+
+  /** Lets `ms` pass for buckets and leases: on the manual clock, and for real unless the store's clock is controllable. */
+  async passTime(ms: number): Promise<void> {
+    this.clock.advance(ms);
+    if (!this.controllableClock) await sleep(ms);
+  }
+}
+
+export interface ConcurrentReserveOutcome {
+  reserved: number;
+  insufficient: number;
+  other: number;
+  finalBalance: number | null;
+}
+
+/**
+ * The central money promise (§11): `calls` concurrent reserves of cost 1 on a handle holding
+ * `credits` credits. A correct store reserves exactly `credits` and ends at balance 0; a store that
+ * reads, decides and then writes grants more. Exported so the negative control can run it alone.
+ */
+export async function concurrentReserveOutcome(store: Store, clock: ManualClock, calls = 200, credits = 50): Promise<ConcurrentReserveOutcome> {
+  const fixture = new StoreFixture(store, clock, true);
+  const handleHash = await fixture.handle({ credits });
+  const decisions = await Promise.all(Array.from({ length: calls }, () => fixture.spend(handleHash)));
+  const count = (kind: SpendDecision['kind']): number => decisions.filter((decision) => decision.kind === kind).length;
+  const reserved = count('reserved');
+  const insufficient = count('insufficient');
+  return { reserved, insufficient, other: calls - reserved - insufficient, finalBalance: await fixture.balance(handleHash) };
+}
+
+export function storeConformance(t: Test, name: string, makeStore: MakeStore, options: ConformanceOptions = {}): void {
+  const controllable = options.controllableClock ?? false;
+  t.test(`${name} store conformance`, async (suite) => declareBehaviours(suite, makeStore, controllable));
+}
+
+function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: boolean): void {
+  /** Declares one behaviour: a fresh store and manual clock per test, closed afterwards. */
+  const behaviour = (title: string, body: (f: StoreFixture, t: Test) => Promise<void>): void => {
+    suite.test(title, async (t) => {
+      const clock = new ManualClock();
+      const store = await makeStore({ now: clock.now });
+      t.teardown(() => store.close());
+      await body(new StoreFixture(store, clock, controllable), t);
+    });
+  };
+
+  // ── handles ────────────────────────────────────────────────────────────────────────────────────
+
+  behaviour('createHandle refuses a TTL under the 1 h floor', async (f, t) => {
+    await t.rejects(f.handle({ ttlMs: HANDLE_TTL_FLOOR_MS - 1 }), { code: 'TB_ERR_STORE_TTL_FLOOR' });
+    await t.resolves(f.handle({ ttlMs: HANDLE_TTL_FLOOR_MS }));
+  });
+
+  behaviour('a new handle has no credits and expires ttlMs after creation', async (f, t) => {
+    const handleHash = await f.handle({ principal: 'alice', ttlMs: 2 * HOUR });
+    const state = await f.store.getHandle(handleHash);
+    t.ok(state);
+    t.equal(state?.principal, 'alice');
+    t.equal(state?.balances[SKU] ?? 0, 0);
+    t.notOk(state?.funded[SKU]);
+    t.equal(state?.expiresAt, f.clock.now() + 2 * HOUR);
+  });
+
+  behaviour('an unknown handle reads as null', async (f, t) => {
+    t.equal(await f.store.getHandle(randomId('h_')), null);
+  });
+
+  behaviour('a handle is unknown once its TTL has passed', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    f.clock.advance(HOUR);
+    t.equal(await f.store.getHandle(handleHash), null);
+    t.same(await f.spend(handleHash), { kind: 'unknown_handle' });
+  });
+
+  behaviour('a reserved call slides the handle expiry to now + ttlMs', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    f.clock.advance(HOUR - 60_000);
+    t.match(await f.spend(handleHash), { kind: 'reserved' });
+    t.equal((await f.store.getHandle(handleHash))?.expiresAt, f.clock.now() + HOUR);
+    f.clock.advance(HOUR - 60_000);
+    t.ok(await f.store.getHandle(handleHash), 'alive past its original expiry');
+    f.clock.advance(60_000);
+    t.equal(await f.store.getHandle(handleHash), null, 'gone one TTL after the last call');
+  });
+
+  behaviour('a refused call does not slide the handle', async (f, t) => {
+    const handleHash = await f.handle();
+    const before = (await f.store.getHandle(handleHash))?.expiresAt;
+    f.clock.advance(60_000);
+    t.match(await f.spend(handleHash), { kind: 'insufficient' });
+    t.equal((await f.store.getHandle(handleHash))?.expiresAt, before);
+  });
+
+  behaviour('findHandlesByFingerprint lists the live handles with that fingerprint', async (f, t) => {
+    const a = await f.handle({ fingerprint: 'tb_s_abcd..wxyz' });
+    const b = await f.handle({ fingerprint: 'tb_s_abcd..wxyz', ttlMs: 2 * HOUR });
+    await f.handle({ fingerprint: 'tb_s_other..0000' });
+    t.same((await f.store.findHandlesByFingerprint('tb_s_abcd..wxyz')).sort(), [a, b].sort());
+    f.clock.advance(HOUR);
+    t.same(await f.store.findHandlesByFingerprint('tb_s_abcd..wxyz'), [b], 'expired handles are not listed');
+    t.same(await f.store.findHandlesByFingerprint('tb_s_none..0000'), []);
+  });
+
+  // ── reserve: the order of decisions (§6.2 steps 3–6) ─────────────────────────────────────────────
+
+  behaviour('reserve on an unknown handle answers unknown_handle', async (f, t) => {
+    t.same(await f.spend(randomId('h_')), { kind: 'unknown_handle' });
+  });
+
+  behaviour('a bound handle refuses other principals before its bucket or credits are touched', async (f, t) => {
+    const handleHash = await f.handle({ principal: 'alice', credits: 1 });
+    const bucket = { ratePerSecond: 0.001, burst: 1 };
+    for (const principal of ['bob', null]) {
+      t.same(await f.spend(handleHash, { principal, bucket }), { kind: 'bound_to_other_principal' });
+    }
+    t.same(await f.spend(handleHash, { principal: 'alice', bucket }), { kind: 'reserved', remaining: 0 }, 'the owner still has its token and credit');
+  });
+
+  behaviour('an unbound handle serves any principal and stays unbound', async (f, t) => {
+    const handleHash = await f.handle({ credits: 2 });
+    t.match(await f.spend(handleHash, { principal: 'bob' }), { kind: 'reserved' });
+    t.match(await f.spend(handleHash, { principal: 'carol' }), { kind: 'reserved' });
+    t.equal((await f.store.getHandle(handleHash))?.principal, null);
+  });
+
+  behaviour('a rate_limited call moves no credit', async (f, t) => {
+    const handleHash = await f.handle({ credits: 10 });
+    const bucket = { ratePerSecond: 0.001, burst: 2 };
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved', remaining: 9 });
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved', remaining: 8 });
+    const limited = await f.spend(handleHash, { bucket });
+    t.equal(limited.kind, 'rate_limited');
+    if (limited.kind === 'rate_limited') t.ok(limited.retryAfterMs > 0 && limited.retryAfterMs <= 1_000_000, `retryAfterMs ${limited.retryAfterMs}`);
+    t.equal(await f.balance(handleHash), 8, 'balance unchanged by the refused call');
+  });
+
+  behaviour('rate_limited is decided before insufficient, and an insufficient call spends a token', async (f, t) => {
+    const handleHash = await f.handle();
+    const bucket = { ratePerSecond: 0.001, burst: 1 };
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'insufficient' });
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'rate_limited' });
+  });
+
+  behaviour('retryAfterMs is the time until the next whole token', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    const bucket = { ratePerSecond: 1, burst: 1 };
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved' });
+    const limited = await f.spend(handleHash, { bucket });
+    t.equal(limited.kind, 'rate_limited');
+    if (limited.kind === 'rate_limited') t.ok(limited.retryAfterMs > 500 && limited.retryAfterMs <= 1000, `retryAfterMs ${limited.retryAfterMs}`);
+  });
+
+  behaviour('the handle bucket refills over time', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    const bucket = { ratePerSecond: 10, burst: 1 };
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved' });
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'rate_limited' });
+    await f.passTime(150);
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved', remaining: 3 });
+  });
+
+  behaviour('insufficient on a fresh handle reports balance 0, not funded, no charges', async (f, t) => {
+    const handleHash = await f.handle();
+    t.same(await f.spend(handleHash), { kind: 'insufficient', balance: 0, funded: false, pending: null, lastCharge: null });
+  });
+
+  behaviour('reserved takes the cost and reports the remaining balance', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    t.same(await f.spend(handleHash, { cost: 3 }), { kind: 'reserved', remaining: 2 });
+    t.match(await f.spend(handleHash, { cost: 3 }), { kind: 'insufficient', balance: 2 });
+    t.same(await f.spend(handleHash, { cost: 2 }), { kind: 'reserved', remaining: 0 });
+    t.equal(await f.balance(handleHash), 0);
+  });
+
+  behaviour('credits of one SKU do not pay for another', async (f, t) => {
+    const handleHash = await f.handle({ credits: 3 });
+    t.match(await f.spend(handleHash, { sku: OTHER_SKU }), { kind: 'insufficient', balance: 0 });
+    t.equal(await f.balance(handleHash, SKU), 3);
+  });
+
+  // ── commit and release ─────────────────────────────────────────────────────────────────────────
+
+  behaviour('commit keeps the credits spent and returns the balance net of other reservations', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    await f.spend(handleHash, { reservationId: 'r1', cost: 2 });
+    await f.spend(handleHash, { reservationId: 'r2', cost: 1 });
+    t.equal(await f.store.commit(handleHash, 'r1'), 2);
+    t.equal(await f.balance(handleHash), 2);
+  });
+
+  behaviour('release gives the credits back and returns the balance', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    await f.spend(handleHash, { reservationId: 'r1', cost: 2 });
+    t.equal(await f.store.release(handleHash, 'r1'), 5);
+    t.equal(await f.balance(handleHash), 5);
+  });
+
+  behaviour('a second commit or release of a reservation returns null and moves nothing', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    await f.spend(handleHash, { reservationId: 'committed', cost: 2 });
+    await f.spend(handleHash, { reservationId: 'released', cost: 2 });
+    t.equal(await f.store.commit(handleHash, 'committed'), 1);
+    t.equal(await f.store.release(handleHash, 'released'), 3);
+    t.equal(await f.store.commit(handleHash, 'committed'), null);
+    t.equal(await f.store.release(handleHash, 'committed'), null, 'a committed reservation is never refunded');
+    t.equal(await f.store.release(handleHash, 'released'), null, 'a released reservation is never refunded twice');
+    t.equal(await f.store.commit(handleHash, 'released'), null);
+    t.equal(await f.store.release(handleHash, 'never-existed'), null);
+    t.equal(await f.balance(handleHash), 3);
+  });
+
+  behaviour('concurrent releases of one reservation refund it once', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    await f.spend(handleHash, { reservationId: 'r1', cost: 3 });
+    const results = await Promise.all(Array.from({ length: 20 }, () => f.store.release(handleHash, 'r1')));
+    t.equal(results.filter((result) => result !== null).length, 1);
+    t.equal(await f.balance(handleHash), 5);
+  });
+
+  behaviour('a reservation cannot be committed or released through another handle', async (f, t) => {
+    const owner = await f.handle({ credits: 5 });
+    const other = await f.handle({ credits: 5 });
+    await f.spend(owner, { reservationId: 'r1', cost: 2 });
+    t.equal(await f.store.release(other, 'r1'), null);
+    t.equal(await f.store.commit(other, 'r1'), null);
+    t.equal(await f.balance(other), 5);
+    t.equal(await f.store.release(owner, 'r1'), 5);
+  });
+
+  behaviour('releaseStaleReservations releases reservations past their deadline, oldest first, at most limit', async (f, t) => {
+    const handleHash = await f.handle({ credits: 10 });
+    const now = f.clock.now();
+    await f.spend(handleHash, { reservationId: 'stale-2', reservationDeadline: now + 2_000 });
+    await f.spend(handleHash, { reservationId: 'stale-1', reservationDeadline: now + 1_000 });
+    await f.spend(handleHash, { reservationId: 'stale-3', reservationDeadline: now + 3_000 });
+    await f.spend(handleHash, { reservationId: 'live', reservationDeadline: now + 60_000 });
+    t.equal(await f.balance(handleHash), 6);
+    t.equal(await f.store.releaseStaleReservations(now + 10_000, 2), 2);
+    t.equal(await f.balance(handleHash), 8);
+    t.equal(await f.store.commit(handleHash, 'stale-1'), null, 'the oldest went first');
+    t.equal(await f.store.commit(handleHash, 'stale-2'), null);
+    t.equal(await f.store.releaseStaleReservations(now + 10_000, 10), 1);
+    t.equal(await f.store.releaseStaleReservations(now + 10_000, 10), 0);
+    t.equal(await f.balance(handleHash), 9);
+    t.equal(await f.store.commit(handleHash, 'live'), 9, 'a reservation inside its deadline is kept');
+  });
+
+  behaviour('a reservation at exactly its deadline is not stale yet', async (f, t) => {
+    const handleHash = await f.handle({ credits: 1 });
+    const deadline = f.clock.now() + 1_000;
+    await f.spend(handleHash, { reservationId: 'r1', reservationDeadline: deadline });
+    t.equal(await f.store.releaseStaleReservations(deadline, 10), 0);
+    t.equal(await f.store.releaseStaleReservations(deadline + 1, 10), 1);
+    t.equal(await f.store.commit(handleHash, 'r1'), null, 'a gateway answering late cannot commit it any more');
+  });
+
+  // ── operator grants ────────────────────────────────────────────────────────────────────────────
+
+  behaviour('grantCredits adds to the balance without marking the SKU funded', async (f, t) => {
+    const handleHash = await f.handle();
+    t.equal(await f.store.grantCredits(handleHash, SKU, 3), 3);
+    t.equal(await f.store.grantCredits(handleHash, SKU, 4), 7);
+    t.notOk((await f.store.getHandle(handleHash))?.funded[SKU]);
+  });
+
+  behaviour('grantCredits refuses an unknown handle and a non-positive or fractional amount', async (f, t) => {
+    const handleHash = await f.handle();
+    await t.rejects(f.store.grantCredits(randomId('h_'), SKU, 3), { code: 'TB_ERR_NOT_FOUND' });
+    for (const credits of [0, -2, 1.5]) await t.rejects(f.store.grantCredits(handleHash, SKU, credits), { code: 'TB_ERR_INVALID_PARAMS' });
+    t.equal(await f.balance(handleHash), 0);
+  });
+
+  // ── charges: one pending charge per SKU (§6.5) ───────────────────────────────────────────────────
+
+  behaviour('beginCharge opens a charge with the price snapshot and the first poll time', async (f, t) => {
+    const handleHash = await f.handle();
+    const now = f.clock.now();
+    const begun = await f.begin(handleHash, { nonce: 'n1', firstPollDelayMs: 3_000 });
+    t.equal(begun.kind, 'begun');
+    const expected: ChargeRecord = {
+      nonce: 'n1',
+      handleHash,
+      sku: SKU,
+      ...SNAPSHOT,
+      status: 'opening',
+      providerRef: null,
+      checkoutUrl: null,
+      openedAt: now,
+      expiresAt: now + CHARGE_TTL,
+      lastPolledAt: 0,
+      nextPollAt: now + 3_000,
+      pollCount: 0,
+      grantedCredits: 0,
+      receivedAmount: null,
+    };
+    t.same(begun.charge, expected);
+    t.same(await f.store.getCharge(handleHash, 'n1'), expected);
+  });
+
+  behaviour('beginCharge shares an opening charge younger than 15 s', async (f, t) => {
+    const handleHash = await f.handle();
+    const first = await f.begin(handleHash);
+    f.clock.advance(14_000);
+    const second = await f.begin(handleHash);
+    t.equal(second.kind, 'existing');
+    t.equal(second.charge.nonce, first.charge.nonce);
+  });
+
+  behaviour('beginCharge replaces an opening charge older than 15 s', async (f, t) => {
+    const handleHash = await f.handle();
+    const first = await f.begin(handleHash);
+    f.clock.advance(15_000);
+    const second = await f.begin(handleHash);
+    t.equal(second.kind, 'begun');
+    t.not(second.charge.nonce, first.charge.nonce);
+  });
+
+  behaviour('beginCharge reuses a pending charge while its link has more than 60 s left', async (f, t) => {
+    const handleHash = await f.handle();
+    const pending = await f.pendingCharge(handleHash);
+    f.clock.advance(CHARGE_TTL - 61_000);
+    const again = await f.begin(handleHash);
+    t.equal(again.kind, 'existing');
+    t.same(again.charge, pending);
+  });
+
+  behaviour('a pending charge about to expire is replaced but stays pending and due', async (f, t) => {
+    const handleHash = await f.handle();
+    const old = await f.pendingCharge(handleHash);
+    f.clock.advance(CHARGE_TTL - 60_000);
+    const fresh = await f.begin(handleHash);
+    t.equal(fresh.kind, 'begun');
+    t.not(fresh.charge.nonce, old.nonce);
+    t.equal((await f.store.getCharge(handleHash, old.nonce))?.status, 'pending');
+    t.ok((await f.store.dueCharges(f.clock.now(), 100)).some((charge) => charge.nonce === old.nonce), 'the reconciler still polls the old one');
+    t.match(await f.spend(handleHash), { kind: 'insufficient', pending: { nonce: fresh.charge.nonce } });
+    const claim = await f.settle(handleHash, old, 10);
+    t.equal(claim.claimed, true, 'a late payment on the replaced link is granted');
+    t.equal(await f.balance(handleHash), 10);
+  });
+
+  behaviour('each SKU has its own pending charge', async (f, t) => {
+    const handleHash = await f.handle();
+    const a = await f.begin(handleHash, { sku: SKU });
+    const b = await f.begin(handleHash, { sku: OTHER_SKU });
+    t.equal(a.kind, 'begun');
+    t.equal(b.kind, 'begun');
+  });
+
+  behaviour('each handle has its own pending charge', async (f, t) => {
+    const a = await f.begin(await f.handle());
+    const b = await f.begin(await f.handle());
+    t.equal(a.kind, 'begun');
+    t.equal(b.kind, 'begun');
+  });
+
+  behaviour('concurrent beginCharge calls begin exactly one charge and all share it', async (f, t) => {
+    const handleHash = await f.handle();
+    const results = await Promise.all(Array.from({ length: 25 }, () => f.begin(handleHash)));
+    const begun = results.filter((result) => result.kind === 'begun');
+    t.equal(begun.length, 1);
+    t.equal(new Set(results.map((result) => result.charge.nonce)).size, 1);
+    t.equal(await f.store.countPendingCharges(), 1);
+  });
+
+  behaviour('attachLink makes an opening charge pending and findable by provider ref', async (f, t) => {
+    const handleHash = await f.handle();
+    const begun = await f.begin(handleHash);
+    const attached = await f.store.attachLink(handleHash, begun.charge.nonce, { providerRef: 'ref-1', checkoutUrl: 'https://pay.test/ref-1' });
+    t.match(attached, { nonce: begun.charge.nonce, status: 'pending', providerRef: 'ref-1', checkoutUrl: 'https://pay.test/ref-1' });
+    t.same(await f.store.findChargeByRef('ref-1'), attached);
+    t.same(await f.store.getCharge(handleHash, begun.charge.nonce), attached);
+    t.equal(await f.store.findChargeByRef('ref-unknown'), null);
+  });
+
+  behaviour('attachLink on an unknown or already pending charge returns null', async (f, t) => {
+    const handleHash = await f.handle();
+    t.equal(await f.store.attachLink(handleHash, 'n-unknown', { providerRef: 'ref-x', checkoutUrl: 'https://pay.test/x' }), null);
+    const pending = await f.pendingCharge(handleHash);
+    t.equal(await f.store.attachLink(handleHash, pending.nonce, { providerRef: 'ref-y', checkoutUrl: 'https://pay.test/y' }), null);
+    t.same(await f.store.getCharge(handleHash, pending.nonce), pending, 'the first link stays');
+    t.equal(await f.store.findChargeByRef('ref-y'), null);
+  });
+
+  behaviour('abortCharge drops an opening charge so the next challenge opens anew', async (f, t) => {
+    const handleHash = await f.handle();
+    const first = await f.begin(handleHash);
+    await f.store.abortCharge(handleHash, first.charge.nonce);
+    t.equal(await f.store.getCharge(handleHash, first.charge.nonce), null);
+    t.match(await f.spend(handleHash), { kind: 'insufficient', pending: null });
+    t.equal((await f.begin(handleHash)).kind, 'begun');
+  });
+
+  behaviour('abortCharge leaves a pending charge alone', async (f, t) => {
+    const handleHash = await f.handle();
+    const pending = await f.pendingCharge(handleHash);
+    await f.store.abortCharge(handleHash, pending.nonce);
+    t.same(await f.store.getCharge(handleHash, pending.nonce), pending);
+  });
+
+  behaviour('insufficient reports the opening, then pending, charge of the SKU', async (f, t) => {
+    const handleHash = await f.handle();
+    const begun = await f.begin(handleHash);
+    t.match(await f.spend(handleHash), { kind: 'insufficient', pending: { nonce: begun.charge.nonce, status: 'opening' } });
+    await f.store.attachLink(handleHash, begun.charge.nonce, { providerRef: 'ref-1', checkoutUrl: 'https://pay.test/1' });
+    t.match(await f.spend(handleHash), { kind: 'insufficient', pending: { nonce: begun.charge.nonce, status: 'pending', checkoutUrl: 'https://pay.test/1' }, lastCharge: null });
+    t.match(await f.spend(handleHash, { sku: OTHER_SKU }), { kind: 'insufficient', pending: null }, 'another SKU has none');
+  });
+
+  // ── polling ────────────────────────────────────────────────────────────────────────────────────
+
+  behaviour('takePollSlot grants one poll per interval and schedules the next', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    const now = f.clock.now();
+    t.equal(await f.store.takePollSlot(handleHash, charge.nonce, now, 2_000, now + 6_000), true);
+    t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now, pollCount: 1, nextPollAt: now + 6_000 });
+    t.equal(await f.store.takePollSlot(handleHash, charge.nonce, now + 1_999, 2_000, now + 9_000), false);
+    t.match(await f.store.getCharge(handleHash, charge.nonce), { pollCount: 1, nextPollAt: now + 6_000 }, 'a refused slot changes nothing');
+    t.equal(await f.store.takePollSlot(handleHash, charge.nonce, now + 2_000, 2_000, now + 14_000), true);
+    t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now + 2_000, pollCount: 2, nextPollAt: now + 14_000 });
+  });
+
+  behaviour('takePollSlot on an unknown charge is refused', async (f, t) => {
+    t.equal(await f.store.takePollSlot(randomId('h_'), 'n-unknown', f.clock.now(), 2_000, f.clock.now() + 6_000), false);
+  });
+
+  behaviour('concurrent takePollSlot calls grant one slot', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    const now = f.clock.now();
+    const slots = await Promise.all(Array.from({ length: 30 }, () => f.store.takePollSlot(handleHash, charge.nonce, now, 2_000, now + 6_000)));
+    t.equal(slots.filter(Boolean).length, 1);
+    t.equal((await f.store.getCharge(handleHash, charge.nonce))?.pollCount, 1);
+  });
+
+  // ── settlement: exactly once (§7.5) ────────────────────────────────────────────────────────────
+
+  behaviour('50 concurrent claims of one charge grant its credits exactly once', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    const results = await Promise.all(Array.from({ length: 50 }, () => f.settle(handleHash, charge, 10)));
+    t.equal(results.filter((result) => result.claimed).length, 1);
+    t.equal(await f.balance(handleHash), 10);
+    for (const result of results) t.match(result, { charge: { nonce: charge.nonce, status: 'settled' }, balance: 10 });
+  });
+
+  behaviour('a settled claim funds the SKU, records the outcome, clears the pending charge and leaves the due index', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    const result = await f.store.claimSettlement({ handleHash, nonce: charge.nonce, outcome: 'settled', credits: 10, receivedAmount: '5' });
+    t.same(result, { claimed: true, charge: { ...charge, status: 'settled', grantedCredits: 10, receivedAmount: '5' }, balance: 10 });
+    t.equal((await f.store.getHandle(handleHash))?.funded[SKU], true);
+    t.same(await f.store.dueCharges(charge.expiresAt + 1, 100), []);
+    t.equal(await f.store.countPendingCharges(), 0);
+    t.equal((await f.begin(handleHash)).kind, 'begun', 'the next challenge opens a new link');
+  });
+
+  behaviour('after spending settled credits, insufficient says funded and shows the settled charge', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    await f.settle(handleHash, charge, 2);
+    t.match(await f.spend(handleHash), { kind: 'reserved', remaining: 1 });
+    t.match(await f.spend(handleHash), { kind: 'reserved', remaining: 0 });
+    t.match(await f.spend(handleHash), { kind: 'insufficient', balance: 0, funded: true, pending: null, lastCharge: { nonce: charge.nonce, status: 'settled' } });
+  });
+
+  behaviour('an underpaid claim grants nothing, clears the pending charge and becomes lastCharge', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    const result = await f.store.claimSettlement({ handleHash, nonce: charge.nonce, outcome: 'underpaid', credits: 0, receivedAmount: '0.50' });
+    t.match(result, { claimed: true, charge: { status: 'underpaid', grantedCredits: 0, receivedAmount: '0.50' }, balance: 0 });
+    t.same(await f.spend(handleHash), {
+      kind: 'insufficient',
+      balance: 0,
+      funded: false,
+      pending: null,
+      lastCharge: { ...charge, status: 'underpaid', grantedCredits: 0, receivedAmount: '0.50' },
+    });
+    t.equal((await f.begin(handleHash)).kind, 'begun', 'an underpaid link is never shown again');
+    t.same(await f.store.listCharges('underpaid'), [result.charge], 'it stays listed for the operator');
+  });
+
+  behaviour('a claim grants the credits the caller computed; the price snapshot stays on the charge', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash, { snapshot: { ...SNAPSHOT, amount: '5.00', credits: 10 } });
+    const result = await f.store.claimSettlement({ handleHash, nonce: charge.nonce, outcome: 'settled', credits: 6, receivedAmount: '3.00' });
+    t.match(result, { claimed: true, balance: 6, charge: { amount: '5.00', credits: 10, grantedCredits: 6, label: SNAPSHOT.label, currency: 'USD', tool: SNAPSHOT.tool } });
+  });
+
+  behaviour('a late payment on an abandoned charge is still granted', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    f.clock.advance(CHARGE_TTL + 1);
+    t.equal(await f.store.abandonCharge(handleHash, charge.nonce), true);
+    const result = await f.settle(handleHash, charge, 10);
+    t.match(result, { claimed: true, balance: 10, charge: { status: 'settled', grantedCredits: 10 } });
+    t.equal((await f.settle(handleHash, charge, 10)).claimed, false, 'and only once');
+    t.equal(await f.balance(handleHash), 10);
+  });
+
+  behaviour('an opening, unknown or already-claimed charge cannot be claimed', async (f, t) => {
+    const handleHash = await f.handle();
+    const opening = await f.begin(handleHash);
+    t.match(await f.settle(handleHash, opening.charge, 10), { claimed: false, charge: { status: 'opening' }, balance: 0 });
+    t.same(await f.store.claimSettlement({ handleHash, nonce: 'n-unknown', outcome: 'settled', credits: 10, receivedAmount: null }), { claimed: false, charge: null, balance: 0 });
+    await f.store.abortCharge(handleHash, opening.charge.nonce);
+    const pending = await f.pendingCharge(handleHash);
+    await f.settle(handleHash, pending, 0, 'underpaid');
+    t.match(await f.settle(handleHash, pending, 10, 'settled'), { claimed: false, charge: { status: 'underpaid', grantedCredits: 0 }, balance: 0 }, 'an outcome is final');
+    t.equal(await f.balance(handleHash), 0);
+  });
+
+  behaviour('a claim through another handle hash is refused', async (f, t) => {
+    const owner = await f.handle();
+    const other = await f.handle();
+    const charge = await f.pendingCharge(owner);
+    t.match(await f.store.claimSettlement({ handleHash: other, nonce: charge.nonce, outcome: 'settled', credits: 10, receivedAmount: null }), { claimed: false });
+    t.equal(await f.balance(other), 0);
+    t.equal((await f.store.getCharge(owner, charge.nonce))?.status, 'pending');
+  });
+
+  behaviour('a claim after the handle expired records the outcome and grants nothing', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    f.clock.advance(HOUR);
+    const result = await f.settle(handleHash, charge, 10);
+    t.match(result, { claimed: true, balance: 0, charge: { status: 'settled', grantedCredits: 0 } });
+    t.equal((await f.settle(handleHash, charge, 10)).claimed, false);
+    t.equal(await f.store.getHandle(handleHash), null);
+  });
+
+  behaviour('abandonCharge moves only pending charges', async (f, t) => {
+    const handleHash = await f.handle();
+    const settled = await f.pendingCharge(handleHash);
+    await f.settle(handleHash, settled, 10);
+    const underpaid = await f.pendingCharge(handleHash, { sku: OTHER_SKU });
+    await f.settle(handleHash, underpaid, 0, 'underpaid');
+    const opening = await f.begin(handleHash);
+    t.equal(await f.store.abandonCharge(handleHash, settled.nonce), false);
+    t.equal(await f.store.abandonCharge(handleHash, underpaid.nonce), false);
+    t.equal(await f.store.abandonCharge(handleHash, opening.charge.nonce), false);
+    t.equal(await f.store.abandonCharge(handleHash, 'n-unknown'), false);
+    t.equal((await f.store.getCharge(handleHash, settled.nonce))?.status, 'settled');
+    t.equal((await f.store.getCharge(handleHash, underpaid.nonce))?.status, 'underpaid');
+    t.equal((await f.store.getCharge(handleHash, opening.charge.nonce))?.status, 'opening');
+  });
+
+  behaviour('an abandoned charge stops being pending and becomes lastCharge', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    t.equal(await f.store.abandonCharge(handleHash, charge.nonce), true);
+    t.equal(await f.store.abandonCharge(handleHash, charge.nonce), false, 'only once');
+    t.match(await f.spend(handleHash), { kind: 'insufficient', pending: null, lastCharge: { nonce: charge.nonce, status: 'abandoned' } });
+    t.same(await f.store.dueCharges(charge.expiresAt + 1, 100), []);
+    t.equal(await f.store.countPendingCharges(), 0);
+    t.equal((await f.begin(handleHash)).kind, 'begun');
+  });
+
+  // ── reconciler views ───────────────────────────────────────────────────────────────────────────
+
+  behaviour('dueCharges lists pending charges due by now, earliest first, at most limit', async (f, t) => {
+    const base = f.clock.now();
+    const late = await f.pendingCharge(await f.handle(), { now: base, firstPollDelayMs: 9_000 });
+    const early = await f.pendingCharge(await f.handle(), { now: base, firstPollDelayMs: 1_000 });
+    const middle = await f.pendingCharge(await f.handle(), { now: base, firstPollDelayMs: 5_000 });
+    const notYet = await f.pendingCharge(await f.handle(), { now: base, firstPollDelayMs: 60_000 });
+    await f.begin(await f.handle(), { now: base, firstPollDelayMs: 0 }); // opening: no link to poll
+    const nonces = (charges: ChargeRecord[]): string[] => charges.map((charge) => charge.nonce);
+    t.same(nonces(await f.store.dueCharges(base + 10_000, 10)), [early.nonce, middle.nonce, late.nonce]);
+    t.same(nonces(await f.store.dueCharges(base + 10_000, 2)), [early.nonce, middle.nonce]);
+    t.same(nonces(await f.store.dueCharges(base + 5_000, 10)), [early.nonce, middle.nonce], 'nextPollAt equal to now is due');
+    await f.store.takePollSlot(early.handleHash, early.nonce, base + 10_000, 2_000, base + 70_000);
+    t.same(nonces(await f.store.dueCharges(base + 10_000, 10)), [middle.nonce, late.nonce], 'a poll reschedules');
+    t.same(nonces(await f.store.dueCharges(base + 80_000, 10)), [middle.nonce, late.nonce, notYet.nonce, early.nonce]);
+  });
+
+  behaviour('listCharges filters by status and countPendingCharges counts opening and pending', async (f, t) => {
+    const handleHash = await f.handle();
+    const settled = await f.pendingCharge(handleHash, { sku: 'a' });
+    await f.settle(handleHash, settled, 1);
+    const abandoned = await f.pendingCharge(handleHash, { sku: 'b' });
+    await f.store.abandonCharge(handleHash, abandoned.nonce);
+    const pending = await f.pendingCharge(handleHash, { sku: 'c' });
+    const opening = await f.begin(handleHash, { sku: 'd' });
+    const nonces = async (status?: Parameters<Store['listCharges']>[0]) => (await f.store.listCharges(status)).map((charge) => charge.nonce).sort();
+    t.same(await nonces('settled'), [settled.nonce]);
+    t.same(await nonces('abandoned'), [abandoned.nonce]);
+    t.same(await nonces('pending'), [pending.nonce]);
+    t.same(await nonces('opening'), [opening.charge.nonce]);
+    t.same(await nonces('underpaid'), []);
+    t.same(await nonces(), [settled.nonce, abandoned.nonce, pending.nonce, opening.charge.nonce].sort());
+    t.equal(await f.store.countPendingCharges(), 2);
+  });
+
+  behaviour('a returned record is a copy: changing it changes nothing in the store', async (f, t) => {
+    const handleHash = await f.handle({ credits: 1 });
+    const charge = await f.pendingCharge(handleHash);
+    charge.status = 'settled';
+    charge.credits = 1000;
+    t.equal((await f.store.getCharge(handleHash, charge.nonce))?.status, 'pending');
+    const state = await f.store.getHandle(handleHash);
+    if (state) state.balances[SKU] = 1000;
+    t.equal(await f.balance(handleHash), 1);
+    const claim = await f.settle(handleHash, charge, 1);
+    if (claim.charge) claim.charge.status = 'pending';
+    t.equal((await f.store.getCharge(handleHash, charge.nonce))?.status, 'settled');
+  });
+
+  // ── challenge throttle, lease ──────────────────────────────────────────────────────────────────
+
+  behaviour('takeChallengeToken allows a burst per client key, then asks to wait', async (f, t) => {
+    const bucket = { ratePerSecond: 0.001, burst: 3 };
+    for (let i = 0; i < 3; i++) t.same(await f.store.takeChallengeToken('client-a', bucket), { allowed: true, retryAfterMs: 0 });
+    const refused = await f.store.takeChallengeToken('client-a', bucket);
+    t.equal(refused.allowed, false);
+    t.ok(refused.retryAfterMs > 0, `retryAfterMs ${refused.retryAfterMs}`);
+    t.equal((await f.store.takeChallengeToken('client-b', bucket)).allowed, true, 'another client has its own bucket');
+  });
+
+  behaviour('challenge tokens refill over time', async (f, t) => {
+    const bucket = { ratePerSecond: 10, burst: 1 };
+    t.equal((await f.store.takeChallengeToken('client-a', bucket)).allowed, true);
+    t.equal((await f.store.takeChallengeToken('client-a', bucket)).allowed, false);
+    await f.passTime(150);
+    t.equal((await f.store.takeChallengeToken('client-a', bucket)).allowed, true);
+  });
+
+  behaviour('a lease is exclusive until it expires and renewable by its holder', async (f, t) => {
+    t.equal(await f.store.acquireLease('reconciler', 'gw-1', 250), true);
+    t.equal(await f.store.acquireLease('reconciler', 'gw-2', 250), false);
+    t.equal(await f.store.acquireLease('other-lease', 'gw-2', 250), true, 'leases are independent');
+    t.equal(await f.store.acquireLease('reconciler', 'gw-1', 250), true, 'the holder renews');
+    await f.passTime(300);
+    t.equal(await f.store.acquireLease('reconciler', 'gw-2', 10_000), true, 'an expired lease is free');
+    t.equal(await f.store.acquireLease('reconciler', 'gw-1', 10_000), false);
+  });
+
+  behaviour('concurrent lease requests from different owners grant one', async (f, t) => {
+    const results = await Promise.all(Array.from({ length: 10 }, (_, i) => f.store.acquireLease('reconciler', `gw-${i}`, 10_000)));
+    t.equal(results.filter(Boolean).length, 1);
+  });
+
+  // ── dev provider links ─────────────────────────────────────────────────────────────────────────
+
+  behaviour('a dev link round-trips and is paid once while active', async (f, t) => {
+    const link = { id: randomId('dev_'), label: 'Research pack', amount: '5.00', currency: 'USD', credits: 10, expiresAt: f.clock.now() + CHARGE_TTL, status: 'active' as const, receivedAmount: null };
+    await f.store.putDevLink(link);
+    t.same(await f.store.getDevLink(link.id), link);
+    const payments = await Promise.all(Array.from({ length: 10 }, () => f.store.payDevLink(link.id, '4.50')));
+    t.equal(payments.filter(Boolean).length, 1);
+    t.same(await f.store.getDevLink(link.id), { ...link, status: 'completed', receivedAmount: '4.50' });
+    t.equal(await f.store.payDevLink(link.id, '5.00'), false);
+    t.equal((await f.store.getDevLink(link.id))?.receivedAmount, '4.50');
+  });
+
+  behaviour('an expired or unknown dev link cannot be paid', async (f, t) => {
+    const expired = { id: randomId('dev_'), label: 'Research pack', amount: '5.00', currency: 'USD', credits: 10, expiresAt: f.clock.now() - 1_000, status: 'active' as const, receivedAmount: null };
+    await f.store.putDevLink(expired);
+    t.equal(await f.store.payDevLink(expired.id, '5.00'), false);
+    t.match(await f.store.getDevLink(expired.id), { status: 'active', receivedAmount: null }, 'still readable after expiry');
+    t.equal(await f.store.payDevLink(randomId('dev_'), '5.00'), false);
+    t.equal(await f.store.getDevLink(randomId('dev_')), null);
+  });
+
+  behaviour('ping resolves', async (f, t) => {
+    await t.resolves(f.store.ping());
+  });
+
+  // ── concurrency on one handle ──────────────────────────────────────────────────────────────────
+
+  behaviour('200 concurrent reserves on 50 credits reserve exactly 50 and end at 0', async (f, t) => {
+    t.same(await concurrentReserveOutcome(f.store, f.clock), { reserved: 50, insufficient: 150, other: 0, finalBalance: 0 });
+  });
+
+  behaviour('concurrent commits, releases and reserves keep the ledger exact', async (f, t) => {
+    const handleHash = await f.handle({ credits: 100 });
+    const ids = Array.from({ length: 100 }, (_, i) => `r${i}`);
+    await Promise.all(ids.map((reservationId) => f.spend(handleHash, { reservationId })));
+    t.equal(await f.balance(handleHash), 0);
+    const settlements = await Promise.all(
+      ids.flatMap((id, i) => (i % 2 === 0 ? [f.store.commit(handleHash, id), f.store.release(handleHash, id)] : [f.store.release(handleHash, id), f.store.release(handleHash, id)])),
+    );
+    t.equal(settlements.filter((result) => result !== null).length, 100, 'each reservation settled exactly once');
+    const refunded = await f.balance(handleHash);
+    const again = await Promise.all(Array.from({ length: 150 }, () => f.spend(handleHash)));
+    t.equal(again.filter((decision) => decision.kind === 'reserved').length, refunded, 'exactly the refunded credits can be spent again');
+    t.equal(await f.balance(handleHash), 0);
+  });
+
+  behaviour('concurrent claims of different charges on one handle all add up', async (f, t) => {
+    const handleHash = await f.handle();
+    const charges = await Promise.all(['a', 'b', 'c', 'd', 'e'].map((sku) => f.pendingCharge(handleHash, { sku })));
+    const results = await Promise.all(charges.flatMap((charge) => [f.settle(handleHash, charge, 3), f.settle(handleHash, charge, 3)]));
+    t.equal(results.filter((result) => result.claimed).length, 5);
+    const state = await f.store.getHandle(handleHash);
+    t.same(['a', 'b', 'c', 'd', 'e'].map((sku) => state?.balances[sku]), [3, 3, 3, 3, 3]);
+  });
+}

@@ -1,0 +1,25 @@
+// The concurrency check of the conformance suite must be able to fail: on a store that reads,
+// awaits, then writes, 200 concurrent reserves on 50 credits grant far more than 50 calls. If this
+// test ever fails, the suite's concurrency test has become vacuous.
+import t from 'tap';
+import { MemoryStore } from '../../src/store/memory.js';
+import { ManualClock, concurrentReserveOutcome } from './conformance.js';
+import { NaiveStore } from './naive-store.js';
+
+t.test('the concurrency check catches a read-then-write store over-granting', async (t) => {
+  const clock = new ManualClock();
+  const outcome = await concurrentReserveOutcome(new NaiveStore({ now: clock.now }), clock);
+  t.ok(outcome.reserved > 50, `the naive store reserved ${outcome.reserved} calls on 50 credits`);
+  t.not(outcome.reserved, 50);
+});
+
+t.test('the same check passes on MemoryStore (the control of the control)', async (t) => {
+  const clock = new ManualClock();
+  t.same(await concurrentReserveOutcome(new MemoryStore({ now: clock.now }), clock), { reserved: 50, insufficient: 150, other: 0, finalBalance: 0 });
+});
+
+t.test('the naive store is correct without concurrency, so only the race makes it fail', async (t) => {
+  const clock = new ManualClock();
+  const outcome = await concurrentReserveOutcome(new NaiveStore({ now: clock.now }), clock, 1, 50);
+  t.same(outcome, { reserved: 1, insufficient: 0, other: 0, finalBalance: 49 });
+});

@@ -1,0 +1,112 @@
+// Every key the Redis store writes has a native TTL and the configured prefix, and every key of a
+// handle carries its hash tag (SPEC §8). Each store operation runs once, then SCAN lists every key
+// on every node, standalone and Cluster.
+import t, { type Test } from 'tap';
+import { Redis } from 'ioredis';
+import { createLogger } from '../../src/observability/logger.js';
+import { RedisStore } from '../../src/store/redis.js';
+import type { GatewayConfig } from '../../src/config/schema.js';
+import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
+
+const PREFIX = 'tbkeys:';
+const HOUR = 3_600_000;
+const logger = createLogger('silent');
+
+/** Runs every Store method at least once and leaves some state open (a reservation, a pending charge). */
+async function exerciseEveryOperation(store: RedisStore): Promise<void> {
+  const now = Date.now();
+  const bucket = { ratePerSecond: 0.01, burst: 1 };
+  await store.createHandle({ handleHash: 'aa11', fingerprint: 'tb_s_aaaa..1111', principal: 'alice', ttlMs: HOUR });
+  await store.createHandle({ handleHash: 'bb22', fingerprint: 'tb_s_bbbb..2222', principal: null, ttlMs: 2 * HOUR });
+  await store.getHandle('aa11');
+  await store.findHandlesByFingerprint('tb_s_aaaa..1111');
+  await store.grantCredits('aa11', 'research', 10);
+  const spend = { handleHash: 'aa11', principal: 'alice', sku: 'research', cost: 1, ttlMs: HOUR, bucket: { ratePerSecond: 100, burst: 100 } };
+  await store.reserve({ ...spend, reservationId: 'r-commit', reservationDeadline: now + 60_000 });
+  await store.commit('aa11', 'r-commit');
+  await store.reserve({ ...spend, reservationId: 'r-release', reservationDeadline: now + 60_000 });
+  await store.release('aa11', 'r-release');
+  await store.reserve({ ...spend, reservationId: 'r-stale', reservationDeadline: now + 1 });
+  await store.reserve({ ...spend, reservationId: 'r-open', reservationDeadline: now + 60_000 });
+  await store.releaseStaleReservations(now + 10, 10);
+  await store.reserve({ ...spend, handleHash: 'bb22', principal: null, reservationId: 'r-poor', reservationDeadline: now + 60_000, bucket });
+  await store.reserve({ ...spend, handleHash: 'bb22', principal: null, reservationId: 'r-limited', reservationDeadline: now + 60_000, bucket });
+
+  const snapshot = { label: 'Research', amount: '5.00', currency: 'USD', credits: 10, tool: 'fetch_readable' };
+  const open = (sku: string, nonce: string) => store.beginCharge({ handleHash: 'bb22', sku, nonce, snapshot, now, ttlMs: HOUR, firstPollDelayMs: 3_000 });
+  await open('settled', 'n-settled');
+  await store.attachLink('bb22', 'n-settled', { providerRef: 'ref-settled', checkoutUrl: 'https://pay.test/settled' });
+  await store.takePollSlot('bb22', 'n-settled', now, 2_000, now + 6_000);
+  await store.claimSettlement({ handleHash: 'bb22', nonce: 'n-settled', outcome: 'settled', credits: 10, receivedAmount: '5.00' });
+  await open('abandoned', 'n-abandoned');
+  await store.attachLink('bb22', 'n-abandoned', { providerRef: 'ref-abandoned', checkoutUrl: 'https://pay.test/abandoned' });
+  await store.abandonCharge('bb22', 'n-abandoned');
+  await open('aborted', 'n-aborted');
+  await store.abortCharge('bb22', 'n-aborted');
+  await open('pending', 'n-pending');
+  await store.attachLink('bb22', 'n-pending', { providerRef: 'ref-pending', checkoutUrl: 'https://pay.test/pending' });
+  await open('opening', 'n-opening');
+  await store.getCharge('bb22', 'n-pending');
+  await store.findChargeByRef('ref-pending');
+  await store.dueCharges(now + 10_000, 10);
+  await store.listCharges();
+  await store.countPendingCharges();
+
+  await store.takeChallengeToken('203.0.113.7', { ratePerSecond: 0.2, burst: 5 });
+  await store.acquireLease('reconciler', 'gw-1', 60_000);
+  await store.putDevLink({ id: 'dev-1', label: 'Research', amount: '5.00', currency: 'USD', credits: 10, expiresAt: now + HOUR, status: 'active', receivedAmount: null });
+  await store.payDevLink('dev-1', '5.00');
+  await store.getDevLink('dev-1');
+  await store.ping();
+}
+
+async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number }[]> {
+  const found: { key: string; pttl: number }[] = [];
+  for (const port of ports) {
+    const node = new Redis({ port, host: '127.0.0.1', lazyConnect: true });
+    await node.connect();
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'COUNT', 500);
+      cursor = next;
+      for (const key of keys) found.push({ key, pttl: await node.pttl(key) });
+    } while (cursor !== '0');
+    node.disconnect();
+  }
+  return found;
+}
+
+async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: number[]): Promise<void> {
+  const store = await RedisStore.connect(storeConfig, { logger });
+  await exerciseEveryOperation(store);
+  await store.close();
+  const keys = await keysWithTtl(ports);
+  t.ok(keys.length >= 12, `${keys.length} keys written`);
+  for (const { key, pttl } of keys) {
+    t.ok(key.startsWith(PREFIX), `${key} starts with the prefix`);
+    t.ok(pttl > 0, `${key} has a TTL (${pttl} ms)`);
+  }
+  const handleKeys = keys.filter(({ key }) => /\{h:(aa11|bb22)\}/.test(key)).map(({ key }) => key);
+  t.same(
+    handleKeys.sort(),
+    [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`],
+    'every key of a handle carries its hash tag',
+  );
+  for (const kind of ['{reservations}', '{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{fp:tb_s_aaaa..1111}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}']) {
+    t.ok(keys.some(({ key }) => key === PREFIX + kind), `${kind} key present`);
+  }
+  const handleTtl = keys.find(({ key }) => key === `${PREFIX}{h:aa11}`)?.pttl ?? 0;
+  t.ok(handleTtl > HOUR - 60_000 && handleTtl <= HOUR, 'a handle key lives one handle TTL');
+}
+
+t.test('standalone: every key has a TTL, the prefix and, per handle, the hash tag', async (t) => {
+  const server = await startRedis();
+  t.teardown(() => server.stop());
+  await checkKeys(t, { type: 'redis', redis: { url: server.url, keyPrefix: PREFIX } }, [server.port]);
+});
+
+t.test('cluster: every key on every node has a TTL, the prefix and, per handle, the hash tag', async (t) => {
+  const cluster = await startRedisCluster();
+  t.teardown(() => cluster.stop());
+  await checkKeys(t, { type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: PREFIX } }, cluster.ports);
+});
