@@ -1,0 +1,82 @@
+// Runs a real gateway in this test process (runGateway: real fastify on a free port, real store,
+// real providers) with its JSON log lines captured, so tests can assert on logs and metrics too.
+import { Writable } from 'node:stream';
+import type { Test } from 'tap';
+import { configSchema, type ConfigInput, type GatewayConfig } from '../../src/config/schema.js';
+import { createLogger } from '../../src/observability/logger.js';
+import { runGateway, type RunningGateway } from '../../src/start.js';
+
+export interface TestGateway extends RunningGateway {
+  /** http://127.0.0.1:PORT/mcp */
+  url: string;
+  origin: string;
+  config: GatewayConfig;
+  /** Every log line so far, parsed. */
+  logs(): Record<string, unknown>[];
+  /** The raw log output, for secret scans. */
+  logText(): string;
+}
+
+/** The config most tests start from: the research SKU (5.00 USDC, 3 credits), generous limits, port 0. */
+export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> = {}): ConfigInput {
+  return {
+    server: { host: '127.0.0.1', port: 0 },
+    upstream: { url: upstreamUrl },
+    store: { type: 'memory' },
+    payments: { provider: 'dev' },
+    skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: 3 } },
+    tools: {
+      fetch_readable: { sku: 'research', cost: 1 },
+      costly: { sku: 'research', cost: 2 },
+      failing: { sku: 'research', cost: 1 },
+      throwing: { sku: 'research', cost: 1 },
+      slow: { sku: 'research', cost: 1 },
+      with_schema: { sku: 'research', cost: 1 },
+    },
+    limits: { perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 } },
+    logging: { level: 'info' },
+    ...overrides,
+  };
+}
+
+/**
+ * Starts a gateway; it is closed when the test ends. Port 0 picks a free port; publicUrl then
+ * follows the real port unless the config sets one.
+ */
+export async function startTestGateway(t: Test, input: ConfigInput): Promise<TestGateway> {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+      done();
+    },
+  });
+  const port = input.server?.port ?? 0;
+  const chosenPort = port === 0 ? await freePort() : port;
+  const withPort: ConfigInput = { ...input, server: { ...input.server, port: chosenPort } };
+  const config = configSchema.parse(withPort);
+  const logger = createLogger(config.logging.level, sink);
+  const running = await runGateway(config, { logger });
+  t.teardown(() => running.close());
+  return {
+    ...running,
+    url: running.url,
+    origin: new URL(running.url).origin,
+    config,
+    logs: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>),
+    logText: () => lines.join('\n'),
+  };
+}
+
+export async function freePort(): Promise<number> {
+  const net = await import('node:net');
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
