@@ -9,6 +9,7 @@ import { ToolCatalog } from './mcp/tool-catalog.js';
 import { pricingFromConfig } from './mcp/tools-list.js';
 import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
+import { registerRequestIdEcho, requestIdOf } from './observability/request-id.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
 import { registerDevCheckout } from './payments/dev-checkout.js';
@@ -50,7 +51,11 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     return503OnClosing: true,
     // Keep-alive connections from proxies and clients outlive a single request.
     keepAliveTimeout: 65_000,
+    // Request ids: an acceptable incoming x-request-id, else a UUID; echoed on every response.
+    requestIdHeader: false,
+    genReqId: requestIdOf,
   });
+  registerRequestIdEcho(app);
 
   // Bodies arrive as text: the MCP route parses them itself so malformed JSON gets -32700, not fastify's 400.
   app.removeAllContentTypeParsers();
@@ -61,7 +66,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     const onMcp = request.url.split('?')[0] === config.server.mcpPath;
     const status = code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 413 : (error as { statusCode?: number }).statusCode ?? 500;
     const safeStatus = status >= 500 ? 503 : status;
-    if (status >= 500) deps.logger.error({ evt: 'internal_error', code: code ?? 'unknown', url: request.routeOptions.url }, 'request failed');
+    if (status >= 500) deps.logger.error({ evt: 'internal_error', reqId: request.id, code: code ?? 'unknown', url: request.routeOptions.url }, 'request failed');
     const message = status === 413 ? `Request body too large: the limit is ${config.server.bodyLimit} bytes` : status >= 500 ? 'the gateway could not complete the request' : 'bad request';
     if (onMcp) return reply.code(safeStatus).send(errorResponse(null, status === 413 ? -32600 : -32603, message));
     return reply.code(safeStatus).send({ error: message });

@@ -243,7 +243,7 @@ async function pricedCall(request: FastifyRequest, deps: McpRouteDeps, era: Era,
   // structuredContent only for a tool known to declare no outputSchema (unknown → omitted).
   const declares = await deps.catalog.declaresOutputSchema(call.name).catch(() => undefined);
   const shape: ResultShape = { era, structuredContentAllowed: declares === false };
-  return { call, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, shape, startedAt };
+  return { call, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, shape, startedAt, reqId: request.id };
 }
 
 async function handleGetOrDelete(request: FastifyRequest, reply: FastifyReply, deps: McpRouteDeps, method: 'GET' | 'DELETE'): Promise<void> {

@@ -44,7 +44,6 @@ export function classifyBody(body: unknown, headers: Record<string, string | str
   const valid = messages as JsonRpcMessage[];
   const first = valid[0] as JsonRpcMessage;
   const era: Era = !batch && isRequestLike(first) && isModernParams(first.params) ? 'modern' : 'legacy';
-  if (era === 'modern') checkModernHeaders(first as JsonRpcRequest, headers);
 
   const toolCalls: ToolCall[] = [];
   let listsTools = false;
@@ -53,6 +52,8 @@ export function classifyBody(body: unknown, headers: Record<string, string | str
     if (message.method === 'tools/list') listsTools = true;
     if (message.method === 'tools/call') toolCalls.push(validateToolCall(message));
   }
+  // Body errors (-32600/-32602) first: a header cannot "match" a name that is not a string.
+  if (era === 'modern') checkModernHeaders(first as JsonRpcRequest, headers);
   const method = batch ? 'batch' : isRequestLike(first) ? first.method : 'response';
   return { era, batch, messages: valid, method, toolCalls, listsTools };
 }

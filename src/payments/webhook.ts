@@ -162,12 +162,12 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
         const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
         const verdict = verifyMooveWebhook({ rawBody, headers: request.headers, secret: options.secret, now: clock() });
         if (!verdict.ok) {
-          logger.info({ evt: 'webhook', provider: 'moove', status: verdict.status, reason: verdict.reason }, 'refused a Moove webhook');
+          logger.info({ evt: 'webhook', reqId: request.id, provider: 'moove', status: verdict.status, reason: verdict.reason }, 'refused a Moove webhook');
           return reply.code(verdict.status).send({ error: verdict.reason });
         }
         const { linkId } = verdict.event;
         if (linkId) trigger(linkId);
-        else logger.info({ evt: 'webhook', provider: 'moove' }, 'a signed Moove webhook named no payment link; nothing to do');
+        else logger.info({ evt: 'webhook', reqId: request.id, provider: 'moove' }, 'a signed Moove webhook named no payment link; nothing to do');
         return reply.code(200).send({ ok: true });
       },
     });

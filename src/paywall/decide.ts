@@ -46,6 +46,8 @@ export interface PricedCall {
   clientKey: string;
   shape: ResultShape;
   startedAt: number;
+  /** The HTTP request's id, carried on this call's log lines. */
+  reqId?: string;
 }
 
 /** The facts of the one log line every priced call gets (SPEC §10). */
@@ -104,7 +106,7 @@ export class Paywall {
       if (decision.kind !== 'insufficient') return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: 1 });
       return await this.#challengeExistingHandle(priced, token, handleHash, challengeReason(decision), decision.pending, facts);
     } catch (error) {
-      this.#countFailure(error);
+      this.#countFailure(priced, error);
       return this.#refuse(priced, 'payments_unavailable', 'refused_unavailable', facts);
     }
   }
@@ -124,7 +126,7 @@ export class Paywall {
       metrics.credits.inc({ sku, kind: keep ? 'spent' : 'refunded' }, cost);
     } catch (error) {
       // The reconciler releases the reservation after its deadline: the payer is never charged for this.
-      this.#countFailure(error, keep ? 'commit' : 'release');
+      this.#countFailure(priced, error, keep ? 'commit' : 'release');
     }
 
     const logOutcome: PaidOutcome = outcome.kind === 'aborted' && outcome.reason === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'failed' ? 'upstream_error' : 'authorised';
@@ -254,16 +256,16 @@ export class Paywall {
     return { kind: 'answer', result: refusalResult(reason, priced.shape, options), outcome, facts };
   }
 
-  #countFailure(error: unknown, op = 'authorise'): void {
+  #countFailure(priced: PricedCall, error: unknown, op = 'authorise'): void {
     const code = error instanceof GatewayError ? error.code : error instanceof Error && 'kind' in error ? `provider_${String((error as { kind: unknown }).kind)}` : 'unknown';
     if (error instanceof GatewayError && error.code === 'TB_ERR_STORE_UNAVAILABLE') this.#deps.metrics.storeErrors.inc({ op });
-    this.#deps.logger.warn({ evt: 'paywall_unavailable', op, code }, 'a priced call was refused because the store or the payment provider failed');
+    this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId: priced.reqId, op, code }, 'a priced call was refused because the store or the payment provider failed');
   }
 
   #logCall(priced: PricedCall, outcome: PaidOutcome, facts: CallFacts, cost: number): void {
     const { metrics, logger, now } = this.#deps;
     metrics.paidCalls.inc({ tool: priced.call.name, sku: priced.price.sku, outcome });
-    logger.info({ evt: 'call', tool: priced.call.name, sku: priced.price.sku, ...facts, outcome, cost, durationMs: now() - priced.startedAt });
+    logger.info({ evt: 'call', reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, ...facts, outcome, cost, durationMs: now() - priced.startedAt });
   }
 }
 

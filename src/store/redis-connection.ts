@@ -55,7 +55,7 @@ const reconnectBackoff = (attempt: number): number => Math.min(100 * 2 ** Math.m
  * `redis://[:pass@]sentinel1:26379,sentinel2:26379[/db]?sentinelMasterName=mymaster` (password for
  * the master; `sentinelPassword=` in the query if the sentinels need one).
  */
-export function standaloneOptions(url: string): RedisOptions {
+function standaloneOptions(url: string): RedisOptions {
   const base: RedisOptions = { ...COMMON_OPTIONS, retryStrategy: reconnectBackoff };
   const sentinel = parseSentinelUrl(url);
   if (!sentinel) return { ...base, ...urlOptions(url) };
@@ -140,7 +140,7 @@ function watchConnection(client: RedisClient, logger: Logger, target: string): v
   });
 }
 
-export function redactUrl(url: string): string {
+function redactUrl(url: string): string {
   return url.replace(/\/\/([^@/]*)@/, (_, auth: string) => `//${auth.includes(':') ? `${auth.slice(0, auth.indexOf(':'))}:***` : '***'}@`);
 }
 
