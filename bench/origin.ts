@@ -8,6 +8,7 @@
 // Run alone: node --import tsx bench/origin.ts [--port N] [--sse]; prints `listening <port>` on stdout.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { isEntrypoint } from '../src/research/main-module.js';
 
 const STREAM_DELAY_MS = 20;
 const TOOLS = ['echo', 'echo_paid', 'stream', 'stream_paid'].map((name) => ({
@@ -76,7 +77,7 @@ function json(res: ServerResponse, status: number, body: unknown): void {
   res.end(text);
 }
 
-if (process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/^.*\//, '/'))) {
+if (isEntrypoint(import.meta.url)) {
   const portArg = process.argv.indexOf('--port');
   const port = portArg === -1 ? 0 : Number(process.argv[portArg + 1]);
   const server = createOrigin({ sse: process.argv.includes('--sse') });

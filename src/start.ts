@@ -24,9 +24,13 @@ export interface RunningGateway {
   close(): Promise<void>;
 }
 
-/** Builds and listens; resolves once the gateway accepts connections. Used by the CLI and by tests. */
-export async function runGateway(config: GatewayConfig, options: { logger?: Logger; configPath?: string } = {}): Promise<RunningGateway> {
+/**
+ * Builds and listens; resolves once the gateway accepts connections. Used by the CLI and by tests.
+ * `now` (epoch ms) replaces the wall clock of the paywall, settlement and reconciler (tests move time forward).
+ */
+export async function runGateway(config: GatewayConfig, options: { logger?: Logger; configPath?: string; now?: () => number } = {}): Promise<RunningGateway> {
   const logger = options.logger ?? createLogger(config.logging.level);
+  const now = options.now ?? Date.now;
   const store = await createStore(config, { logger });
   const metrics = createMetrics(() => store.countPendingCharges());
   const upstream: Upstream = config.upstream.command
@@ -43,6 +47,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     upstream,
     logger,
     metrics,
+    now,
     registerProviderRoutes: (app, settler) =>
       registerMooveWebhookRoute(app, {
         secret: config.payments.provider === 'moove' ? config.payments.moove.webhookSecret : '',
@@ -52,7 +57,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
         },
       }),
   });
-  const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval });
+  const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval, now });
 
   await gateway.app.listen({ host: config.server.host, port: config.server.port });
   reconciler.start();

@@ -14,7 +14,7 @@ import type { Authorisation, Paywall, PricedCall } from '../paywall/decide.js';
 import type { ResultShape } from '../paywall/challenge.js';
 import { PricedExchange } from '../proxy/exchange.js';
 import { forwardAndRelay, sendJson, toolsListHook } from '../proxy/forward.js';
-import { upstreamRequestHeaders, isEventStream } from '../proxy/headers.js';
+import { upstreamRequestHeaders, isEventStream, isJson } from '../proxy/headers.js';
 import { parseJsonOrUndefined, readCapped } from '../proxy/body.js';
 import { rewriteSse } from '../mcp/sse.js';
 import type { Upstream } from '../proxy/upstream.js';
@@ -65,6 +65,9 @@ async function handlePost(request: FastifyRequest, reply: FastifyReply, deps: Mc
   let status: number;
   try {
     // 1. Parse: the body arrives as text (server.ts registers no JSON parser of its own).
+    if (!isJson(request.headers['content-type'])) {
+      throw new GatewayError('TB_ERR_UNSUPPORTED_MEDIA_TYPE', 'Unsupported Media Type: MCP requests must be sent as Content-Type: application/json');
+    }
     const body = parseBody(request.body);
     // 2. Classify and refuse what must never reach the upstream (SPEC §5.2).
     const classified = classifyBody(body, request.headers);

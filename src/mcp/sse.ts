@@ -43,6 +43,7 @@ export async function* rewriteSse(source: AsyncIterable<Buffer | string>, hook: 
 
   for await (const chunk of source) {
     let text = typeof chunk === 'string' ? chunk : decoder.write(chunk);
+    if (text === '') continue; // an empty chunk (or half a character) must not forget a pending \r
     if (carriageReturn && text.startsWith('\n')) text = text.slice(1);
     carriageReturn = text.endsWith('\r');
     pending += text;

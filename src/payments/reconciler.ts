@@ -1,11 +1,13 @@
 // The background reconciler (SPEC §7.6): on one replica at a time (a store lease), it polls charges
 // that are due (a due-time index, never a scan of every charge), abandons expired ones unless the
 // provider says they completed, and releases reservations a crashed gateway left behind (§6.5).
+// Gentle on the provider: at most BATCH reads per tick, each due on its own backoff schedule, and a
+// tick stops early when the provider still answers 429 after the provider's own retries.
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Store } from '../store/store.js';
-import type { PaymentProvider } from './provider.js';
+import { ProviderError, type PaymentProvider } from './provider.js';
 import type { Settler } from './settle.js';
 
 const BATCH = 50; // charges per tick: bounded so one tick never floods the provider
@@ -88,6 +90,11 @@ export class Reconciler {
             }
           }
         } catch (error) {
+          // Still rate limited after the provider's own backoff: polling the rest now would only dig deeper.
+          if (error instanceof ProviderError && error.kind === 'rate_limited') {
+            logger.warn({ evt: 'reconcile_rate_limited', provider: this.#deps.provider.name, polled: report.polled }, 'the payment provider is rate limiting us: polling paused until the next pass');
+            break;
+          }
           logger.warn({ evt: 'reconcile_error', sku: charge.sku, code: (error as { code?: string }).code ?? 'unknown' }, 'a charge could not be reconciled; it will be retried');
         }
       }

@@ -43,7 +43,7 @@ export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> 
  * Starts a gateway; it is closed when the test ends. Port 0 picks a free port; publicUrl then
  * follows the real port unless the config sets one.
  */
-export async function startTestGateway(t: Test, input: ConfigInput): Promise<TestGateway> {
+export async function startTestGateway(t: Test, input: ConfigInput, options: { now?: () => number } = {}): Promise<TestGateway> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -56,7 +56,7 @@ export async function startTestGateway(t: Test, input: ConfigInput): Promise<Tes
   const withPort: ConfigInput = { ...input, server: { ...input.server, port: chosenPort } };
   const config = configSchema.parse(withPort);
   const logger = createLogger(config.logging.level, sink);
-  const running = await runGateway(config, { logger });
+  const running = await runGateway(config, { logger, now: options.now });
   t.teardown(() => running.close());
   return {
     ...running,

@@ -7,9 +7,9 @@ type Headers = Record<string, string | string[] | undefined>;
 
 const b64 = (text: string): string => `=?base64?${Buffer.from(text, 'utf8').toString('base64')}?=`;
 
-function modern(method: string, params: Record<string, unknown> = {}, id: number | undefined = 1): Record<string, unknown> {
+function modern(method: string, params: Record<string, unknown> = {}, options: { notification?: boolean } = {}): Record<string, unknown> {
   const message: Record<string, unknown> = { jsonrpc: '2.0', method, params: { ...params, _meta: { [VERSION_META_KEY]: MODERN_VERSION } } };
-  if (id !== undefined) message.id = id;
+  if (!options.notification) message.id = 1;
   return message;
 }
 
@@ -171,7 +171,7 @@ t.test('modern: a method named like an Object.prototype key needs no Mcp-Name', 
 });
 
 t.test('modern: a tools/call notification is -32600', async (t) => {
-  const body = modern('tools/call', { name: 'echo' }, undefined);
+  const body = modern('tools/call', { name: 'echo' }, { notification: true });
   refusal(t, body, { 'mcp-protocol-version': MODERN_VERSION, 'mcp-method': 'tools/call', 'mcp-name': 'echo' }, 'TB_ERR_INVALID_REQUEST', -32600);
 });
 

@@ -1,0 +1,686 @@
+// `npm run bench` (SPEC §12, issue 9). One run, one machine, one origin: direct vs a bare
+// parse-and-forward proxy vs the gateway (free call, paid call on the memory store, on Redis, and with
+// OAuth), each server its own child process, driven by autocannon on loopback. Writes the numbers to
+// bench/results/<stamp>.json and the table to bench/RESULTS.md (between the bench:latest markers).
+//
+// Flags:
+//   --duration S     seconds per throughput/latency scenario (default 10)
+//   --quick          short run (3 s scenarios, 50 SSE samples)
+//   --soak [MIN]     also run the soak: paid Redis calls at a fixed rate for MIN minutes (default 10)
+//   --soak-rate R    req/s for the soak (default: 50% of the paid Redis max rate)
+//   --connections N  autocannon connections for the max-rate runs (default 32)
+//   --sse-samples N  sequential streaming calls per target for time-to-first-event (default 200)
+//   --profile        run the gateway under --cpu-prof; profiles + a self-time summary land in the out dir
+//   --only a,b       only these scenarios (names as in the table)
+//   --out DIR        where the JSON goes (default bench/results); --no-markdown leaves RESULTS.md alone
+//   --no-pin         do not use taskset
+// See bench/README.md for what pinning does (and does not do) on a 2-core machine.
+import autocannon from 'autocannon';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Pool, request } from 'undici';
+import { startRedis, type RedisServer } from '../test/helpers/redis-server.js';
+import { startTestIssuer, type TestIssuer } from '../test/helpers/jwks-issuer.js';
+import { freePort } from '../test/helpers/gateway.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+// ---------------------------------------------------------------------------------------------------
+// Options
+
+export interface BenchOptions {
+  durationS: number;
+  connections: number;
+  sseSamples: number;
+  soakMinutes: number | null;
+  soakRate: number | null;
+  profile: boolean;
+  only: Set<string> | null;
+  outDir: string;
+  markdown: boolean;
+  pin: boolean;
+}
+
+export function parseArgs(argv: string[]): BenchOptions {
+  const value = (name: string): string | undefined => {
+    const at = argv.indexOf(name);
+    const next = at === -1 ? undefined : argv[at + 1];
+    return next !== undefined && !next.startsWith('--') ? next : undefined;
+  };
+  const quick = argv.includes('--quick');
+  return {
+    durationS: Number(value('--duration') ?? (quick ? 3 : 10)),
+    connections: Number(value('--connections') ?? 32),
+    sseSamples: Number(value('--sse-samples') ?? (quick ? 50 : 200)),
+    soakMinutes: argv.includes('--soak') ? Number(value('--soak') ?? 10) : null,
+    soakRate: value('--soak-rate') === undefined ? null : Number(value('--soak-rate')),
+    profile: argv.includes('--profile'),
+    only: value('--only') ? new Set((value('--only') as string).split(',')) : null,
+    outDir: resolve(value('--out') ?? join(ROOT, 'bench/results')),
+    markdown: !argv.includes('--no-markdown'),
+    pin: !argv.includes('--no-pin'),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Processes
+
+interface Child {
+  name: string;
+  proc: ChildProcess;
+  pid: number;
+  logFile: string;
+  stop(): Promise<void>;
+}
+
+const LOAD_CORE = '0';
+const SERVER_CORE = '1';
+let pinning = false;
+
+/** Pins this process (autocannon runs in it) to the load core; children inherit unless told otherwise. */
+function pinSelf(enabled: boolean): string {
+  if (!enabled) return 'off (--no-pin)';
+  if (cpus().length < 2) return 'off (fewer than 2 cores)';
+  if (spawnSync('taskset', ['-p', '-c', LOAD_CORE, String(process.pid)]).status !== 0) return 'off (taskset unavailable)';
+  pinning = true;
+  return `taskset: runner+autocannon+origin+redis on core ${LOAD_CORE}, server under test on core ${SERVER_CORE}`;
+}
+
+function launch(name: string, core: string, argv: string[], workDir: string, env: NodeJS.ProcessEnv = {}): Child {
+  const logFile = join(workDir, `${name}.log`);
+  const fd = openSync(logFile, 'a');
+  const [command, ...args] = pinning ? ['taskset', '-c', core, ...argv] : argv;
+  // NODE_OPTIONS cleared: a test runner's hooks must not slow the servers down.
+  const proc = spawn(command as string, args, { cwd: ROOT, stdio: ['ignore', fd, fd], env: { ...process.env, NODE_OPTIONS: '', ...env } });
+  closeSync(fd);
+  const child: Child = {
+    name,
+    proc,
+    pid: proc.pid as number, // taskset execs the command: same pid
+    logFile,
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      const exited = new Promise<void>((done) => proc.once('exit', () => done()));
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+  return child;
+}
+
+async function waitForHttp(url: string, child: Child, init: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    if (child.proc.exitCode !== null) throw new Error(`${child.name} exited (${child.proc.exitCode}):\n${tail(child.logFile)}`);
+    try {
+      const res = await request(url, { method: (init.method ?? 'GET') as 'GET', body: init.body, headers: init.headers });
+      await res.body.dump();
+      if (res.statusCode < 500) return;
+    } catch {
+      // not up yet
+    }
+    await sleep(50);
+  }
+  throw new Error(`${child.name} did not answer on ${url}:\n${tail(child.logFile)}`);
+}
+
+function tail(file: string): string {
+  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').slice(-20).join('\n') : '';
+}
+
+/** user+system CPU time of a process, in microseconds (from /proc, clock-tick resolution). */
+function cpuMicros(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLK_TCK;
+}
+
+function rssBytes(pid: number): number {
+  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return match ? Number(match[1]) * 1024 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// MCP requests
+
+const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+
+function callBody(tool: string, args: Record<string, unknown>): string {
+  return JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: tool, arguments: { text: 'hello from the bench', ...args } } });
+}
+
+interface CallResult {
+  result?: { isError?: boolean; _meta?: Record<string, { checkoutUrl?: string; retry?: { value?: string }; remaining?: number }> };
+}
+
+async function call(url: string, body: string, headers: Record<string, string> = {}): Promise<CallResult> {
+  const res = await request(url, { method: 'POST', headers: { ...MCP_HEADERS, ...headers }, body });
+  const text = await res.body.text();
+  const data = text.startsWith('{') ? text : (/^data: (.*)$/m.exec(text)?.[1] ?? '{}');
+  return JSON.parse(data) as CallResult;
+}
+
+/** challenge → dev pay → retry: a handle holding the SKU's whole pack (bound to the bearer's principal, if any). */
+async function fundHandle(gatewayUrl: string, auth: Record<string, string>): Promise<string> {
+  const challenge = await call(gatewayUrl, callBody('echo_paid', {}), auth);
+  const meta = challenge.result?._meta?.['xyz.tollbooth/challenge'];
+  if (!meta?.checkoutUrl || !meta.retry?.value) throw new Error(`expected a challenge, got ${JSON.stringify(challenge)}`);
+  const paid = await request(`${meta.checkoutUrl}/pay`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: '' });
+  await paid.body.dump();
+  if (paid.statusCode !== 303) throw new Error(`dev pay answered ${paid.statusCode}`);
+  const handle = meta.retry.value;
+  const first = await call(gatewayUrl, callBody('echo_paid', { tollboothToken: handle }), auth);
+  if (first.result?._meta?.['xyz.tollbooth/receipt'] === undefined) throw new Error(`funded call has no receipt: ${JSON.stringify(first)}`);
+  return handle;
+}
+
+async function authorisedCalls(gatewayOrigin: string): Promise<number> {
+  const res = await request(`${gatewayOrigin}/metrics`);
+  const text = await res.body.text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('tollbooth_paid_calls_total{') && line.includes('outcome="authorised"')) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+async function heapUsed(gatewayOrigin: string): Promise<number> {
+  const res = await request(`${gatewayOrigin}/metrics`);
+  const text = await res.body.text();
+  const line = text.split('\n').find((l) => l.startsWith('nodejs_heap_size_used_bytes '));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Load
+
+interface LoadResult {
+  requests: number;
+  reqPerSec: number;
+  non2xx: number;
+  errors: number;
+  latencyMs: { p50: number; p90: number; p99: number; p999: number; max: number; mean: number };
+  /** [seconds since start, latency ms] of every 2xx response (only kept when asked for) */
+  samples?: Float64Array;
+}
+
+function percentile(sorted: Float64Array, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+}
+
+function summarise(latencies: Float64Array): LoadResult['latencyMs'] {
+  const sorted = Float64Array.from(latencies).sort();
+  let total = 0;
+  for (const v of sorted) total += v;
+  const round = (v: number): number => Math.round(v * 1000) / 1000;
+  return {
+    p50: round(percentile(sorted, 50)),
+    p90: round(percentile(sorted, 90)),
+    p99: round(percentile(sorted, 99)),
+    p999: round(percentile(sorted, 99.9)),
+    max: round(sorted[sorted.length - 1] ?? Number.NaN),
+    mean: round(total / sorted.length),
+  };
+}
+
+/**
+ * autocannon records whole milliseconds in its histogram; sub-millisecond targets need the exact
+ * per-response times, which its `response` event carries (hrtime-based, in ms).
+ */
+async function load(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate?: number; keepTimes?: boolean }): Promise<LoadResult> {
+  let latencies = new Float64Array(1 << 16);
+  let times = options.keepTimes ? new Float64Array(1 << 16) : null;
+  let count = 0;
+  const started = performance.now();
+  const instance = autocannon({
+    url,
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...headers },
+    body,
+    connections: options.connections,
+    duration: options.durationS,
+    ...(options.rate ? { overallRate: options.rate } : {}),
+  });
+  instance.on('response', (_client: unknown, statusCode: number, _bytes: number, responseTime: number) => {
+    if (statusCode < 200 || statusCode >= 300) return;
+    if (count === latencies.length) {
+      const grown = new Float64Array(latencies.length * 2);
+      grown.set(latencies);
+      latencies = grown;
+      if (times) {
+        const grownTimes = new Float64Array(times.length * 2);
+        grownTimes.set(times);
+        times = grownTimes;
+      }
+    }
+    latencies[count] = responseTime;
+    if (times) times[count] = (performance.now() - started) / 1000;
+    count += 1;
+  });
+  const result = await new Promise<autocannon.Result>((done, fail) => {
+    instance.once('done', done);
+    instance.once('error', fail);
+  });
+  const kept = latencies.subarray(0, count);
+  const out: LoadResult = {
+    requests: result.requests.total,
+    reqPerSec: Math.round(result.requests.total / (result.duration || options.durationS)),
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+    latencyMs: summarise(kept),
+  };
+  if (times) {
+    const pairs = new Float64Array(count * 2);
+    for (let i = 0; i < count; i++) {
+      pairs[i * 2] = times[i] as number;
+      pairs[i * 2 + 1] = kept[i] as number;
+    }
+    out.samples = pairs;
+  }
+  return out;
+}
+
+/** Sequential streaming calls: time from sending the request to the first SSE `data:` byte. */
+async function timeToFirstEvent(url: string, tool: string, headers: Record<string, string>, samples: number): Promise<{ p50: number; p90: number; p99: number }> {
+  const pool = new Pool(new URL(url).origin, { connections: 1 });
+  const body = callBody(tool, headers.__token ? { tollboothToken: headers.__token } : {});
+  const sendHeaders = { ...MCP_HEADERS, ...headers };
+  delete (sendHeaders as Record<string, string>).__token;
+  const path = new URL(url).pathname;
+  const measured = new Float64Array(samples);
+  for (let i = -10; i < samples; i++) {
+    const t0 = performance.now();
+    const res = await pool.request({ method: 'POST', path, headers: sendHeaders, body });
+    let first = 0;
+    for await (const chunk of res.body) {
+      if (first === 0 && (chunk as Buffer).includes('data:')) first = performance.now() - t0;
+    }
+    if (first === 0) throw new Error(`no SSE event from ${url} for ${tool} (HTTP ${res.statusCode})`);
+    if (i >= 0) measured[i] = first; // the first ten warm the connection and the JIT
+  }
+  await pool.close();
+  const s = summarise(measured);
+  return { p50: s.p50, p90: s.p90, p99: s.p99 };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Scenarios
+
+type Target = 'origin' | 'bare' | 'gw-memory' | 'gw-redis' | 'gw-oauth';
+
+interface Scenario {
+  name: string;
+  target: Target;
+  tool: string;
+  paid: boolean;
+}
+
+const SCENARIOS: Scenario[] = [
+  { name: 'direct', target: 'origin', tool: 'echo', paid: false },
+  { name: 'bare-proxy', target: 'bare', tool: 'echo', paid: false },
+  { name: 'gateway-free', target: 'gw-memory', tool: 'echo', paid: false },
+  { name: 'gateway-paid-memory', target: 'gw-memory', tool: 'echo_paid', paid: true },
+  { name: 'gateway-paid-redis', target: 'gw-redis', tool: 'echo_paid', paid: true },
+  { name: 'gateway-paid-oauth', target: 'gw-oauth', tool: 'echo_paid', paid: true },
+];
+
+interface ScenarioResult extends LoadResult {
+  name: string;
+  server: string;
+  cpuUsPerReq: number;
+  originCpuUsPerReq: number;
+  redisCpuUsPerReq?: number;
+  rssMB: number;
+  authorised?: number;
+}
+
+interface Environment {
+  workDir: string;
+  origin: Child;
+  originUrl: string;
+  redis: RedisServer;
+  redisPid: number;
+  issuer: TestIssuer;
+  options: BenchOptions;
+}
+
+interface ServerUnderTest {
+  name: string;
+  child: Child;
+  url: string;
+  origin: string;
+  headers: Record<string, string>;
+  token: string | null;
+}
+
+function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis', redisUrl: string, issuer: TestIssuer | null): Record<string, unknown> {
+  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  return {
+    server: { host: '127.0.0.1', port, publicUrl },
+    upstream: { url: originUrl, callDeadline: '20s' },
+    store: store === 'memory' ? { type: 'memory' } : { type: 'redis', redis: { url: redisUrl, keyPrefix: 'bench:' } },
+    payments: { provider: 'dev' },
+    skus: { bench: { label: 'Bench credits', amount: '5.00', currency: 'USDC', credits: 100_000_000 } },
+    tools: { echo_paid: { sku: 'bench', cost: 1 }, stream_paid: { sku: 'bench', cost: 1 } },
+    handles: { hashSecret: 'bench-hash-secret' },
+    limits: { perHandle: { ratePerSecond: 1_000_000, burst: 1_000_000 }, challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 } },
+    auth: issuer ? { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, audience: publicUrl, authorizationServers: [issuer.issuer] } : { mode: 'none' },
+    logging: { level: 'info' },
+  };
+}
+
+async function startTarget(env: Environment, target: Target): Promise<ServerUnderTest> {
+  const port = await freePort();
+  if (target === 'origin') return { name: 'origin', child: env.origin, url: env.originUrl, origin: new URL(env.originUrl).origin, headers: {}, token: null };
+  if (target === 'bare') {
+    const child = launch('bare-proxy', SERVER_CORE, [process.execPath, '--import', 'tsx', 'bench/bare-proxy.ts', '--upstream', env.originUrl, '--port', String(port)], env.workDir);
+    const url = `http://127.0.0.1:${port}/mcp`;
+    await waitForHttp(url, child, { method: 'POST', body: callBody('echo', {}), headers: MCP_HEADERS });
+    return { name: 'bare-proxy', child, url, origin: `http://127.0.0.1:${port}`, headers: {}, token: null };
+  }
+  const store = target === 'gw-memory' ? 'memory' : 'redis';
+  const issuer = target === 'gw-oauth' ? env.issuer : null;
+  const configFile = join(env.workDir, `${target}.yaml`);
+  // JSON is YAML: the config loader reads it as it is.
+  writeFileSync(configFile, JSON.stringify(gatewayConfig(port, env.originUrl, store, env.redis.url, issuer), null, 2));
+  const profileArgs = env.options.profile ? ['--cpu-prof', '--cpu-prof-dir', join(env.options.outDir, 'profiles'), '--cpu-prof-name', `${target}-${Date.now()}.cpuprofile`] : [];
+  const child = launch(target, SERVER_CORE, [process.execPath, ...profileArgs, 'dist/cli.js', 'start', '--config', configFile], env.workDir);
+  const origin = `http://127.0.0.1:${port}`;
+  await waitForHttp(`${origin}/healthz`, child);
+  const headers: Record<string, string> = {};
+  if (issuer) headers.authorization = `Bearer ${await issuer.mint({ sub: 'bench-user', aud: `${origin}/mcp`, expSeconds: 6 * 3600 })}`;
+  const token = await fundHandle(`${origin}/mcp`, headers);
+  return { name: target, child, url: `${origin}/mcp`, origin, headers, token };
+}
+
+async function runScenario(env: Environment, sut: ServerUnderTest, scenario: Scenario, options: { rate?: number; durationS: number; connections: number }): Promise<ScenarioResult> {
+  const body = callBody(scenario.tool, scenario.paid ? { tollboothToken: sut.token } : {});
+  // Warm-up: JIT, connection pools, Redis script cache.
+  await load(sut.url, body, sut.headers, { durationS: 1, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
+  const before = { cpu: cpuMicros(sut.child.pid), origin: cpuMicros(env.origin.pid), redis: cpuMicros(env.redisPid), authorised: scenario.paid ? await authorisedCalls(sut.origin) : 0 };
+  const result = await load(sut.url, body, sut.headers, { durationS: options.durationS, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
+  const perReq = (micros: number): number => Math.round((micros / Math.max(1, result.requests)) * 10) / 10;
+  const out: ScenarioResult = {
+    name: scenario.name,
+    server: sut.name,
+    ...result,
+    cpuUsPerReq: perReq(cpuMicros(sut.child.pid) - before.cpu),
+    originCpuUsPerReq: perReq(cpuMicros(env.origin.pid) - before.origin),
+    rssMB: Math.round(rssBytes(sut.child.pid) / 1024 / 102.4) / 10,
+  };
+  if (sut.name === 'gw-redis' || sut.name === 'gw-oauth') out.redisCpuUsPerReq = perReq(cpuMicros(env.redisPid) - before.redis);
+  if (scenario.paid) out.authorised = (await authorisedCalls(sut.origin)) - before.authorised;
+  if (sut.name === 'origin') out.originCpuUsPerReq = out.cpuUsPerReq;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The run
+
+export interface BenchReport {
+  startedAt: string;
+  command: string;
+  machine: { cpu: string; cores: number; memoryGB: number; kernel: string; node: string };
+  pinning: string;
+  options: Omit<BenchOptions, 'only'> & { only: string[] | null };
+  maxRate: ScenarioResult[];
+  fixedRate: { rate: number; results: ScenarioResult[] } | null;
+  ratios: Record<string, number>;
+  addedLatencyMs: Record<string, { p50: number; p99: number; p999: number }>;
+  sse: { samples: number; results: Record<string, { p50: number; p90: number; p99: number }>; deltaP50Ms: Record<string, number> } | null;
+  soak: SoakReport | null;
+  profiles: string[];
+}
+
+interface SoakReport {
+  minutes: number;
+  rate: number;
+  windows: { minute: number; requests: number; p50: number; p99: number; rssMB: number; heapUsedMB: number }[];
+  rssGrowthPct: number;
+  heapGrowthPct: number;
+  p99DriftMs: number;
+  non2xx: number;
+  errors: number;
+}
+
+export async function runBench(options: BenchOptions): Promise<BenchReport> {
+  mkdirSync(options.outDir, { recursive: true });
+  const pinText = pinSelf(options.pin);
+  const workDir = mkdtempSync(join(tmpdir(), 'tb-bench-'));
+  const wanted = (name: string): boolean => options.only === null || options.only.has(name);
+  const log = (line: string): void => void process.stderr.write(`[bench] ${line}\n`);
+
+  const originPort = await freePort();
+  const origin = launch('origin', LOAD_CORE, [process.execPath, '--import', 'tsx', 'bench/origin.ts', '--port', String(originPort)], workDir);
+  const originUrl = `http://127.0.0.1:${originPort}/mcp`;
+  const redis = await startRedis();
+  const redisPid = Number(spawnSync('redis-cli', ['-p', String(redis.port), 'info', 'server'], { encoding: 'utf8' }).stdout.match(/process_id:(\d+)/)?.[1]);
+  if (pinning) spawnSync('taskset', ['-p', '-c', LOAD_CORE, String(redisPid)]);
+  const issuer = await startTestIssuer();
+  const env: Environment = { workDir, origin, originUrl, redis, redisPid, issuer, options };
+  const report: BenchReport = {
+    startedAt: new Date().toISOString(),
+    command: `node --import tsx bench/run.ts ${process.argv.slice(2).join(' ')}`.trim(),
+    machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, memoryGB: Math.round(totalmem() / 1024 ** 3), kernel: spawnSync('uname', ['-r'], { encoding: 'utf8' }).stdout.trim(), node: process.version },
+    pinning: pinText,
+    options: { ...options, only: options.only ? [...options.only] : null },
+    maxRate: [],
+    fixedRate: null,
+    ratios: {},
+    addedLatencyMs: {},
+    sse: null,
+    soak: null,
+    profiles: [],
+  };
+
+  const live = new Map<Target, ServerUnderTest>();
+  // One server under test at a time on the server core: the others are stopped, not idling beside it.
+  const use = async (target: Target): Promise<ServerUnderTest> => {
+    const existing = live.get(target);
+    if (existing) return existing;
+    for (const [key, sut] of live) {
+      if (sut.child !== origin) await sut.child.stop();
+      live.delete(key);
+    }
+    const sut = await startTarget(env, target);
+    live.set(target, sut);
+    return sut;
+  };
+
+  try {
+    await waitForHttp(originUrl, origin, { method: 'POST', body: callBody('echo', {}), headers: MCP_HEADERS });
+    for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
+      const sut = await use(scenario.target);
+      log(`max rate: ${scenario.name}`);
+      report.maxRate.push(await runScenario(env, sut, scenario, { durationS: options.durationS, connections: options.connections }));
+    }
+    const byName = (rows: ScenarioResult[], name: string): ScenarioResult | undefined => rows.find((r) => r.name === name);
+    const bare = byName(report.maxRate, 'bare-proxy');
+    for (const row of report.maxRate) if (bare && row.name.startsWith('gateway')) report.ratios[`${row.name}/bare-proxy`] = Math.round((row.reqPerSec / bare.reqPerSec) * 1000) / 1000;
+
+    // Added latency at half the gateway's max rate (the paid Redis path, else the slowest gateway row).
+    const gatewayRows = report.maxRate.filter((r) => r.name.startsWith('gateway'));
+    const reference = byName(report.maxRate, 'gateway-paid-redis') ?? gatewayRows.sort((a, b) => a.reqPerSec - b.reqPerSec)[0];
+    if (reference) {
+      const rate = Math.max(10, Math.round(reference.reqPerSec / 2));
+      const results: ScenarioResult[] = [];
+      for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
+        const sut = await use(scenario.target);
+        log(`fixed rate ${rate}/s: ${scenario.name}`);
+        results.push(await runScenario(env, sut, scenario, { durationS: options.durationS, connections: 16, rate }));
+      }
+      report.fixedRate = { rate, results };
+      const direct = byName(results, 'direct');
+      for (const row of results) {
+        if (!direct || row.name === 'direct') continue;
+        const delta = (k: 'p50' | 'p99' | 'p999'): number => Math.round((row.latencyMs[k] - direct.latencyMs[k]) * 1000) / 1000;
+        report.addedLatencyMs[row.name] = { p50: delta('p50'), p99: delta('p99'), p999: delta('p999') };
+      }
+    }
+
+    if (wanted('sse')) {
+      log('time to first event');
+      const results: Record<string, { p50: number; p90: number; p99: number }> = {};
+      results.direct = await timeToFirstEvent(originUrl, 'stream', {}, options.sseSamples);
+      const gw = await use('gw-memory');
+      results['gateway-free'] = await timeToFirstEvent(gw.url, 'stream', {}, options.sseSamples);
+      results['gateway-paid-memory'] = await timeToFirstEvent(gw.url, 'stream_paid', { __token: gw.token as string }, options.sseSamples);
+      const deltaP50Ms: Record<string, number> = {};
+      for (const [name, r] of Object.entries(results)) if (name !== 'direct') deltaP50Ms[name] = Math.round((r.p50 - (results.direct as { p50: number }).p50) * 1000) / 1000;
+      report.sse = { samples: options.sseSamples, results, deltaP50Ms };
+    }
+
+    if (options.soakMinutes !== null) {
+      const sut = await use('gw-redis');
+      const paidRedis = byName(report.maxRate, 'gateway-paid-redis');
+      const rate = options.soakRate ?? Math.max(10, Math.round((paidRedis?.reqPerSec ?? 1000) / 2));
+      log(`soak: ${options.soakMinutes} min at ${rate}/s`);
+      report.soak = await soak(sut, rate, options.soakMinutes);
+    }
+  } finally {
+    for (const sut of live.values()) if (sut.child !== origin) await sut.child.stop();
+    await origin.stop();
+    await redis.stop();
+    await issuer.close();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+
+  if (options.profile) report.profiles = summariseProfiles(join(options.outDir, 'profiles'));
+  const stamp = report.startedAt.replace(/[:.]/g, '-');
+  writeFileSync(join(options.outDir, `${stamp}.json`), JSON.stringify(report, null, 2));
+  if (options.markdown) writeMarkdown(report);
+  return report;
+}
+
+async function soak(sut: ServerUnderTest, rate: number, minutes: number): Promise<SoakReport> {
+  const body = callBody('echo_paid', { tollboothToken: sut.token });
+  const memory: { t: number; rss: number; heap: number }[] = [];
+  const started = performance.now();
+  const sampler = setInterval(() => {
+    void heapUsed(sut.origin).then((heap) => memory.push({ t: (performance.now() - started) / 1000, rss: rssBytes(sut.child.pid), heap }), () => undefined);
+  }, 10_000);
+  const result = await load(sut.url, body, sut.headers, { durationS: Math.round(minutes * 60), connections: 16, rate, keepTimes: true });
+  clearInterval(sampler);
+  const samples = result.samples as Float64Array;
+  const windows: SoakReport['windows'] = [];
+  const windowS = minutes >= 2 ? 60 : Math.max(5, Math.round((minutes * 60) / 4));
+  for (let start = 0; start < minutes * 60; start += windowS) {
+    const inWindow: number[] = [];
+    for (let i = 0; i < samples.length; i += 2) if ((samples[i] as number) >= start && (samples[i] as number) < start + windowS) inWindow.push(samples[i + 1] as number);
+    const mem = memory.filter((m) => m.t >= start && m.t < start + windowS).at(-1) ?? memory.at(-1);
+    const s = summarise(Float64Array.from(inWindow));
+    windows.push({ minute: Math.round((start / 60) * 100) / 100, requests: inWindow.length, p50: s.p50, p99: s.p99, rssMB: Math.round((mem?.rss ?? 0) / 104857.6) / 10, heapUsedMB: Math.round((mem?.heap ?? 0) / 104857.6) / 10 });
+  }
+  // Growth from the end of the first window (after warm-up) to the end of the run.
+  const base = windows[0];
+  const last = windows.at(-1);
+  const growth = (a = 0, b = 0): number => (a > 0 ? Math.round(((b - a) / a) * 1000) / 10 : 0);
+  return {
+    minutes,
+    rate,
+    windows,
+    rssGrowthPct: growth(base?.rssMB, last?.rssMB),
+    heapGrowthPct: growth(base?.heapUsedMB, last?.heapUsedMB),
+    p99DriftMs: Math.round(((last?.p99 ?? 0) - (base?.p99 ?? 0)) * 1000) / 1000,
+    non2xx: result.non2xx,
+    errors: result.errors,
+  };
+}
+
+/** Self time per function of each .cpuprofile, top 25: the evidence behind each optimisation. */
+function summariseProfiles(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  const written: string[] = [];
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'))) {
+    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[]; timeDeltas: number[] };
+    const self = new Map<number, number>();
+    profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+    const byFrame = new Map<string, number>();
+    let total = 0;
+    for (const node of profile.nodes) {
+      const micros = self.get(node.id) ?? 0;
+      total += micros;
+      const where = node.callFrame.url.replace(/^.*\/(node_modules|dist|src)\//, '$1/');
+      const key = `${node.callFrame.functionName || '(anonymous)'} ${where}:${node.callFrame.lineNumber + 1}`;
+      byFrame.set(key, (byFrame.get(key) ?? 0) + micros);
+    }
+    const lines = [...byFrame.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25).map(([k, v]) => `${((v / total) * 100).toFixed(1).padStart(5)}%  ${k}`);
+    const out = join(dir, file.replace(/\.cpuprofile$/, '.top.txt'));
+    writeFileSync(out, `${lines.join('\n')}\n`);
+    written.push(out);
+  }
+  return written;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RESULTS.md
+
+const BEGIN = '<!-- bench:latest -->';
+const END = '<!-- /bench:latest -->';
+
+export function renderMarkdown(report: BenchReport): string {
+  const lines: string[] = [];
+  lines.push(`Run ${report.startedAt} — \`${report.command}\``, '');
+  lines.push(`Machine: ${report.machine.cpu}, ${report.machine.cores} cores, ${report.machine.memoryGB} GB, Linux ${report.machine.kernel}, Node ${report.machine.node}. Pinning: ${report.pinning}.`, '');
+  lines.push(`Max rate (${report.options.connections} connections, ${report.options.durationS} s each):`, '');
+  lines.push('| scenario | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req (server) | CPU µs/req (origin) | CPU µs/req (redis) | RSS MB | non-2xx | authorised |');
+  lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  for (const r of report.maxRate) {
+    lines.push(`| ${r.name} | ${r.reqPerSec} | ${r.latencyMs.p50} | ${r.latencyMs.p99} | ${r.latencyMs.p999} | ${r.cpuUsPerReq} | ${r.originCpuUsPerReq} | ${r.redisCpuUsPerReq ?? '–'} | ${r.rssMB} | ${r.non2xx + r.errors} | ${r.authorised ?? '–'} |`);
+  }
+  lines.push('');
+  if (Object.keys(report.ratios).length > 0) {
+    lines.push('Ratios (req/s vs the bare proxy): ' + Object.entries(report.ratios).map(([k, v]) => `${k} = **${v}**`).join(', ') + '.', '');
+  }
+  if (report.fixedRate) {
+    lines.push(`Fixed rate ${report.fixedRate.rate} req/s (half the paid-Redis max), 16 connections:`, '');
+    lines.push('| scenario | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | added p99.9 ms | CPU µs/req |');
+    lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+    for (const r of report.fixedRate.results) {
+      const added = report.addedLatencyMs[r.name];
+      lines.push(`| ${r.name} | ${r.latencyMs.p50} | ${r.latencyMs.p99} | ${r.latencyMs.p999} | ${added?.p50 ?? '–'} | ${added?.p99 ?? '–'} | ${added?.p999 ?? '–'} | ${r.cpuUsPerReq} |`);
+    }
+    lines.push('');
+  }
+  if (report.sse) {
+    lines.push(`SSE time to first event (${report.sse.samples} sequential streaming calls each):`, '');
+    lines.push('| path | p50 ms | p90 ms | p99 ms | Δp50 vs direct ms |', '| --- | ---: | ---: | ---: | ---: |');
+    for (const [name, r] of Object.entries(report.sse.results)) lines.push(`| ${name} | ${r.p50} | ${r.p90} | ${r.p99} | ${report.sse.deltaP50Ms[name] ?? '–'} |`);
+    lines.push('');
+  }
+  if (report.soak) {
+    const s = report.soak;
+    lines.push(`Soak: paid Redis calls at ${s.rate} req/s for ${s.minutes} min — RSS growth ${s.rssGrowthPct}%, heap growth ${s.heapGrowthPct}%, p99 drift ${s.p99DriftMs} ms, non-2xx+errors ${s.non2xx + s.errors}.`, '');
+    lines.push('| minute | requests | p50 ms | p99 ms | RSS MB | heap used MB |', '| ---: | ---: | ---: | ---: | ---: | ---: |');
+    for (const w of s.windows) lines.push(`| ${w.minute} | ${w.requests} | ${w.p50} | ${w.p99} | ${w.rssMB} | ${w.heapUsedMB} |`);
+    lines.push('');
+  }
+  return lines.join('\n');
+}
+
+function writeMarkdown(report: BenchReport): void {
+  const file = join(ROOT, 'bench/RESULTS.md');
+  const block = `${BEGIN}\n${renderMarkdown(report)}\n${END}`;
+  const current = existsSync(file) ? readFileSync(file, 'utf8') : `# Benchmark results\n\n## Latest run\n\n${BEGIN}\n${END}\n`;
+  const start = current.indexOf(BEGIN);
+  const end = current.indexOf(END);
+  const next = start === -1 || end === -1 ? `${current}\n${block}\n` : `${current.slice(0, start)}${block}${current.slice(end + END.length)}`;
+  writeFileSync(file, next);
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+const invokedDirectly = process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url);
+if (invokedDirectly) {
+  const report = await runBench(parseArgs(process.argv.slice(2)));
+  process.stdout.write(`${renderMarkdown(report)}\n`);
+  process.exit(0);
+}
