@@ -4,7 +4,8 @@
 // bench/results/<stamp>.json and the table to bench/RESULTS.md (between the bench:latest markers).
 //
 // Flags:
-//   --duration S     seconds per throughput/latency scenario (default 10)
+//   --duration S     seconds per throughput/latency scenario (default 10; fractions allowed)
+//   --warmup S       warm-up seconds before each measured run (default 1; 0 = none)
 //   --quick          short run (3 s scenarios, 50 SSE samples)
 //   --soak [MIN]     also run the soak: paid Redis calls at a fixed rate for MIN minutes (default 10)
 //   --soak-rate R    req/s for the soak (default: 50% of the paid Redis max rate)
@@ -18,7 +19,7 @@
 import autocannon from 'autocannon';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir, totalmem } from 'node:os';
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -35,6 +36,7 @@ const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).s
 
 export interface BenchOptions {
   durationS: number;
+  warmupS: number;
   connections: number;
   sseSamples: number;
   soakMinutes: number | null;
@@ -55,6 +57,7 @@ export function parseArgs(argv: string[]): BenchOptions {
   const quick = argv.includes('--quick');
   return {
     durationS: Number(value('--duration') ?? (quick ? 3 : 10)),
+    warmupS: Number(value('--warmup') ?? 1),
     connections: Number(value('--connections') ?? 32),
     sseSamples: Number(value('--sse-samples') ?? (quick ? 50 : 200)),
     soakMinutes: argv.includes('--soak') ? Number(value('--soak') ?? 10) : null,
@@ -116,7 +119,7 @@ function launch(name: string, core: string, argv: string[], workDir: string, env
 }
 
 async function waitForHttp(url: string, child: Child, init: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<void> {
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + 60_000; // generous: start-up on a loaded 2-core box takes seconds
   while (Date.now() < deadline) {
     if (child.proc.exitCode !== null) throw new Error(`${child.name} exited (${child.proc.exitCode}):\n${tail(child.logFile)}`);
     try {
@@ -404,7 +407,7 @@ async function startTarget(env: Environment, target: Target): Promise<ServerUnde
 async function runScenario(env: Environment, sut: ServerUnderTest, scenario: Scenario, options: { rate?: number; durationS: number; connections: number }): Promise<ScenarioResult> {
   const body = callBody(scenario.tool, scenario.paid ? { tollboothToken: sut.token } : {});
   // Warm-up: JIT, connection pools, Redis script cache.
-  await load(sut.url, body, sut.headers, { durationS: 1, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
+  if (env.options.warmupS > 0) await load(sut.url, body, sut.headers, { durationS: env.options.warmupS, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
   const before = { cpu: cpuMicros(sut.child.pid), origin: cpuMicros(env.origin.pid), redis: cpuMicros(env.redisPid), authorised: scenario.paid ? await authorisedCalls(sut.origin) : 0 };
   const result = await load(sut.url, body, sut.headers, { durationS: options.durationS, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
   const perReq = (micros: number): number => Math.round((micros / Math.max(1, result.requests)) * 10) / 10;
@@ -428,7 +431,7 @@ async function runScenario(env: Environment, sut: ServerUnderTest, scenario: Sce
 export interface BenchReport {
   startedAt: string;
   command: string;
-  machine: { cpu: string; cores: number; memoryGB: number; kernel: string; node: string };
+  machine: { cpu: string; cores: number; memoryGB: number; kernel: string; node: string; loadAverageBefore: number[]; loadAverageAfter?: number[] };
   pinning: string;
   options: Omit<BenchOptions, 'only'> & { only: string[] | null };
   maxRate: ScenarioResult[];
@@ -456,7 +459,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   const pinText = pinSelf(options.pin);
   const workDir = mkdtempSync(join(tmpdir(), 'tb-bench-'));
   const wanted = (name: string): boolean => options.only === null || options.only.has(name);
-  const log = (line: string): void => void process.stderr.write(`[bench] ${line}\n`);
+  const t0 = performance.now();
+  const log = (line: string): void => void process.stderr.write(`[bench +${((performance.now() - t0) / 1000).toFixed(1)}s] ${line}\n`);
 
   const originPort = await freePort();
   const origin = launch('origin', LOAD_CORE, [process.execPath, '--import', 'tsx', 'bench/origin.ts', '--port', String(originPort)], workDir);
@@ -469,7 +473,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   const report: BenchReport = {
     startedAt: new Date().toISOString(),
     command: `node --import tsx bench/run.ts ${process.argv.slice(2).join(' ')}`.trim(),
-    machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, memoryGB: Math.round(totalmem() / 1024 ** 3), kernel: spawnSync('uname', ['-r'], { encoding: 'utf8' }).stdout.trim(), node: process.version },
+    machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, memoryGB: Math.round(totalmem() / 1024 ** 3), kernel: spawnSync('uname', ['-r'], { encoding: 'utf8' }).stdout.trim(), node: process.version, loadAverageBefore: loadavg().map((l) => Math.round(l * 100) / 100) },
     pinning: pinText,
     options: { ...options, only: options.only ? [...options.only] : null },
     maxRate: [],
@@ -482,14 +486,11 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   };
 
   const live = new Map<Target, ServerUnderTest>();
-  // One server under test at a time on the server core: the others are stopped, not idling beside it.
+  // Each server starts once and stays up for the max-rate, fixed-rate and SSE runs. Only one is under
+  // load at a time; the idle ones sleep in epoll (their only timer is the reconciler's, once a minute).
   const use = async (target: Target): Promise<ServerUnderTest> => {
     const existing = live.get(target);
     if (existing) return existing;
-    for (const [key, sut] of live) {
-      if (sut.child !== origin) await sut.child.stop();
-      live.delete(key);
-    }
     const sut = await startTarget(env, target);
     live.set(target, sut);
     return sut;
@@ -497,6 +498,11 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
 
   try {
     await waitForHttp(originUrl, origin, { method: 'POST', body: callBody('echo', {}), headers: MCP_HEADERS });
+    const targets = new Set(SCENARIOS.filter((s) => wanted(s.name)).map((s) => s.target));
+    if (wanted('sse')) targets.add('gw-memory');
+    if (options.soakMinutes !== null) targets.add('gw-redis');
+    log(`starting ${[...targets].join(', ')}`);
+    await Promise.all([...targets].map(use));
     for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
       const sut = await use(scenario.target);
       log(`max rate: ${scenario.name}`);
@@ -546,13 +552,16 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       report.soak = await soak(sut, rate, options.soakMinutes);
     }
   } finally {
-    for (const sut of live.values()) if (sut.child !== origin) await sut.child.stop();
+    log('stopping');
+    await Promise.all([...live.values()].filter((sut) => sut.child !== origin).map((sut) => sut.child.stop()));
     await origin.stop();
     await redis.stop();
     await issuer.close();
     rmSync(workDir, { recursive: true, force: true });
   }
 
+  log('done');
+  report.machine.loadAverageAfter = loadavg().map((l) => Math.round(l * 100) / 100);
   if (options.profile) report.profiles = summariseProfiles(join(options.outDir, 'profiles'));
   const stamp = report.startedAt.replace(/[:.]/g, '-');
   writeFileSync(join(options.outDir, `${stamp}.json`), JSON.stringify(report, null, 2));
@@ -629,7 +638,7 @@ const END = '<!-- /bench:latest -->';
 export function renderMarkdown(report: BenchReport): string {
   const lines: string[] = [];
   lines.push(`Run ${report.startedAt} — \`${report.command}\``, '');
-  lines.push(`Machine: ${report.machine.cpu}, ${report.machine.cores} cores, ${report.machine.memoryGB} GB, Linux ${report.machine.kernel}, Node ${report.machine.node}. Pinning: ${report.pinning}.`, '');
+  lines.push(`Machine: ${report.machine.cpu}, ${report.machine.cores} cores, ${report.machine.memoryGB} GB, Linux ${report.machine.kernel}, Node ${report.machine.node}. Load average (1/5/15 min) before ${report.machine.loadAverageBefore.join(' / ')}, after ${report.machine.loadAverageAfter?.join(' / ') ?? '?'}. Pinning: ${report.pinning}.`, '');
   lines.push(`Max rate (${report.options.connections} connections, ${report.options.durationS} s each):`, '');
   lines.push('| scenario | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req (server) | CPU µs/req (origin) | CPU µs/req (redis) | RSS MB | non-2xx | authorised |');
   lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');

@@ -68,6 +68,12 @@ async function handlePost(request: FastifyRequest, reply: FastifyReply, deps: Mc
     if (!isJson(request.headers['content-type'])) {
       throw new GatewayError('TB_ERR_UNSUPPORTED_MEDIA_TYPE', 'Unsupported Media Type: MCP requests must be sent as Content-Type: application/json');
     }
+    // The body is read as it came (nothing decompresses it) and forwarded re-serialised: a
+    // Content-Encoding would describe bytes the gateway never parsed, or bytes the upstream never gets.
+    const encoding = request.headers['content-encoding'];
+    if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+      throw new GatewayError('TB_ERR_UNSUPPORTED_MEDIA_TYPE', 'Unsupported Media Type: send MCP request bodies uncompressed, without Content-Encoding');
+    }
     const body = parseBody(request.body);
     // 2. Classify and refuse what must never reach the upstream (SPEC §5.2).
     const classified = classifyBody(body, request.headers);

@@ -35,6 +35,9 @@ export interface ClassifiedBody {
  * @throws GatewayError TB_ERR_INVALID_REQUEST / TB_ERR_INVALID_PARAMS / TB_ERR_HEADER_MISMATCH
  */
 export function classifyBody(body: unknown, headers: Record<string, string | string[] | undefined>): ClassifiedBody {
+  if (nestsDeeperThan(body, MAX_NESTING_DEPTH)) {
+    throw new GatewayError('TB_ERR_INVALID_REQUEST', `Invalid Request: the body nests objects and arrays deeper than ${MAX_NESTING_DEPTH} levels`);
+  }
   const batch = Array.isArray(body);
   const messages: unknown[] = batch ? (body as unknown[]) : [body];
   if (messages.length === 0) throw new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: an empty batch is not a JSON-RPC request');
@@ -56,6 +59,24 @@ export function classifyBody(body: unknown, headers: Record<string, string | str
   if (era === 'modern') checkModernHeaders(first as JsonRpcRequest, headers);
   const method = batch ? 'batch' : isRequestLike(first) ? first.method : 'response';
   return { era, batch, messages: valid, method, toolCalls, listsTools };
+}
+
+/**
+ * JSON.parse accepts any depth, but re-serialising the body for the upstream (SPEC §5.2) overflows the
+ * stack a few thousand levels down: a hostile body would fail after the paywall reserved credits.
+ * No MCP request needs this much nesting, so deeper bodies are refused before anything else runs.
+ */
+export const MAX_NESTING_DEPTH = 128;
+
+function nestsDeeperThan(root: unknown, max: number): boolean {
+  const pending: { value: object; depth: number }[] = typeof root === 'object' && root !== null ? [{ value: root, depth: 1 }] : [];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    if (next.depth > max) return true;
+    for (const child of Array.isArray(next.value) ? next.value : Object.values(next.value)) {
+      if (typeof child === 'object' && child !== null) pending.push({ value: child, depth: next.depth + 1 });
+    }
+  }
+  return false;
 }
 
 function isModernParams(params: unknown): boolean {

@@ -33,12 +33,13 @@ export async function* rewriteSse(source: AsyncIterable<Buffer | string>, hook: 
   let eventBytes = 0;
   let carriageReturn = false; // the previous chunk ended with \r (maybe half of \r\n)
 
-  const finishEvent = async (): Promise<string> => {
+  /** A string when the hook answered at once, a promise when it holds the event (a paid call's result). */
+  const finishEvent = (): string | Promise<string> => {
     const event = toEvent(lines);
     lines = [];
     eventBytes = 0;
-    const replacement = event.data === null ? undefined : await hook(event);
-    return serialise(event, replacement);
+    const replacement = event.data === null ? undefined : hook(event);
+    return replacement instanceof Promise ? replacement.then((data) => serialise(event, data)) : serialise(event, replacement);
   };
 
   for await (const chunk of source) {
@@ -57,8 +58,18 @@ export async function* rewriteSse(source: AsyncIterable<Buffer | string>, hook: 
       const line = pending.slice(start, found.index);
       start = found.index + found[0].length;
       if (line === '') {
-        if (lines.length > 0) out += await finishEvent();
-        else out += '\n'; // stray blank line: keep the byte, it carries no event
+        if (lines.length === 0) {
+          out += '\n'; // stray blank line: keep the byte, it carries no event
+          continue;
+        }
+        const finished = finishEvent();
+        if (typeof finished === 'string') {
+          out += finished;
+          continue;
+        }
+        // A held event must not hold the events before it in the same chunk (progress before a result).
+        if (out) yield out;
+        out = await finished;
         continue;
       }
       eventBytes += line.length + 1;

@@ -17,7 +17,7 @@ export class ToolCatalog {
   readonly #headers: Record<string, string>;
   readonly #now: () => number;
   #outputSchemas: Map<string, boolean> | null = null;
-  #fetchedAt = 0;
+  #fetchedAt = Number.NEGATIVE_INFINITY; // last attempt (a failed one is backdated so it retries in 5 s)
   #inflight: Promise<void> | null = null;
 
   constructor(upstream: Upstream, deps: { upstreamHeaders: Record<string, string>; now?: () => number }) {
@@ -28,7 +28,7 @@ export class ToolCatalog {
 
   /** true / false when known, undefined when the upstream could not tell us. */
   async declaresOutputSchema(tool: string): Promise<boolean | undefined> {
-    if (!this.#outputSchemas || this.#now() - this.#fetchedAt > CACHE_MS) {
+    if (this.#now() - this.#fetchedAt > CACHE_MS) {
       this.#inflight ??= this.#refresh().finally(() => {
         this.#inflight = null;
       });

@@ -95,9 +95,19 @@ export class Paywall {
       if (decision.kind === 'rate_limited') {
         return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(decision.retryAfterMs / 1000)) });
       }
-      // Step 6: short of credits → has the pending charge settled? Then reserve again.
-      if (decision.kind === 'insufficient' && decision.pending?.status === 'pending' && (await this.#settledNow(decision.pending))) {
-        decision = await this.#reserve(priced, handleHash, reservationId);
+      // Step 6: short of credits → has the pending charge settled? Then reserve again. An underpaid
+      // outcome is final for that link: the challenge says so and opens a new one (§7.4).
+      if (decision.kind === 'insufficient' && decision.pending?.status === 'pending') {
+        const observation = await this.#deps.settler.observe(decision.pending);
+        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId);
+        else if (observation === 'underpaid') decision = { ...decision, pending: null, lastCharge: { ...decision.pending, status: 'underpaid' } };
+      }
+      // A payment that lands after its charge was abandoned is still money received (§7.5). Without
+      // webhooks this retry is the only poll that can see it (at most one read per 2 s, as above).
+      if (decision.kind === 'insufficient' && decision.lastCharge?.status === 'abandoned') {
+        const observation = await this.#deps.settler.observe(decision.lastCharge);
+        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId);
+        else if (observation === 'underpaid') decision = { ...decision, lastCharge: { ...decision.lastCharge, status: 'underpaid' } };
       }
       if (decision.kind === 'reserved') {
         const { [this.#deps.settings.argumentName]: _token, ...args } = priced.call.args;
@@ -166,12 +176,6 @@ export class Paywall {
       ttlMs: settings.handleTtlMs,
       bucket: settings.perHandle,
     });
-  }
-
-  /** Step 6: ask the provider (at most once per 2 s per charge) whether the pending charge settled. */
-  async #settledNow(pending: ChargeRecord): Promise<boolean> {
-    const observation = await this.#deps.settler.observe(pending);
-    return observation === 'granted' || observation === 'already_settled';
   }
 
   async #challengeNewHandle(priced: PricedCall, reason: ChallengeReason, facts: CallFacts): Promise<Authorisation> {

@@ -2,6 +2,7 @@
 // of this call's id. Events before the result stream to the client as they arrive; the result itself
 // is held until the paywall has committed or released the reservation, then sent with the receipt.
 import type { ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
 import { GatewayError } from '../errors.js';
 import { idOf, isObject, type JsonRpcId, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import { rewriteSse } from '../mcp/sse.js';
@@ -151,7 +152,8 @@ export class PricedExchange {
 
   #relayRefusal(response: UpstreamResponse): void {
     this.#res.writeHead(response.status, clientResponseHeaders(response.headers, false));
-    response.body.pipe(this.#res);
+    // pipeline, not pipe: a body that breaks off must cut the client's reply, not leave it hanging.
+    void pipeline(response.body, this.#res).catch(() => discard(response.body));
   }
 }
 

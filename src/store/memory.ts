@@ -9,6 +9,9 @@
 import { GatewayError } from '../errors.js';
 import {
   HANDLE_TTL_FLOOR_MS,
+  OPENING_GRACE_MS,
+  PENDING_REUSE_MARGIN_MS,
+  RETENTION_MS,
   type BeginChargeResult,
   type ChargeRecord,
   type ChargeStatus,
@@ -23,12 +26,6 @@ import {
   type Store,
 } from './store.js';
 
-/** An 'opening' charge younger than this belongs to whoever is calling the provider: share it. */
-export const OPENING_GRACE_MS = 15_000;
-/** A pending link this close to its end is not shown again: the payer might not finish in time. */
-export const PENDING_REUSE_MARGIN_MS = 60_000;
-/** How long a charge (and a dev link) stays readable after its link expired, for operators and late payments. */
-export const RETENTION_MS = 7 * 24 * 3_600_000;
 const SWEEP_INTERVAL_MS = 60_000;
 /** retryAfterMs reported by a bucket that never refills (ratePerSecond ≤ 0). */
 const NEVER_REFILLS_RETRY_MS = 3_600_000;

@@ -9,10 +9,12 @@ import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { indexMember, KeySpace, parseIndexMember } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
-import { OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS, RETENTION_MS } from './memory.js';
 import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
 import {
   HANDLE_TTL_FLOOR_MS,
+  OPENING_GRACE_MS,
+  PENDING_REUSE_MARGIN_MS,
+  RETENTION_MS,
   type BeginChargeResult,
   type ChargeRecord,
   type ChargeStatus,

@@ -155,3 +155,9 @@ export interface DevLink {
 }
 
 export const HANDLE_TTL_FLOOR_MS = 3_600_000;
+/** An 'opening' charge younger than this belongs to whoever is calling the provider: share it. */
+export const OPENING_GRACE_MS = 15_000;
+/** A pending link this close to its end is not shown again: the payer might not finish in time. */
+export const PENDING_REUSE_MARGIN_MS = 60_000;
+/** How long a charge (and a dev link) stays readable after its link expired, for operators and late payments. */
+export const RETENTION_MS = 7 * 24 * 3_600_000;

@@ -8,11 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Cluster, Redis } from 'ioredis';
 import type { Test } from 'tap';
 import { request, type Dispatcher } from 'undici';
 import type { ConfigInput } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { hashHandle } from '../../src/paywall/handles.js';
+import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { freePort, testConfig } from './gateway.js';
 
@@ -89,7 +91,7 @@ export async function startGatewayProcess(t: Test, input: ConfigInput): Promise<
   t.teardown(kill);
 
   const origin = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + 45_000; // generous: a loaded CI machine starts node slowly
   for (;;) {
     if (gone()) throw new Error(`the gateway exited during start-up (code ${child.exitCode}, signal ${child.signalCode}):\n${text}`);
     const healthy = await fetch(`${origin}/healthz`).then(
@@ -99,7 +101,7 @@ export async function startGatewayProcess(t: Test, input: ConfigInput): Promise<
     if (healthy) break;
     if (Date.now() > deadline) {
       await kill();
-      throw new Error(`the gateway did not answer /healthz within 20 s:\n${text}`);
+      throw new Error(`the gateway did not answer /healthz within 45 s:\n${text}`);
     }
     await sleep(50);
   }
@@ -251,7 +253,7 @@ export function redisGatewayConfig(upstreamUrl: string, target: RedisTarget, key
 
 /** The same store from the test process, to read balances the way the gateways see them. */
 export async function connectStore(t: Test, target: RedisTarget, keyPrefix: string): Promise<RedisStore> {
-  const store = await RedisStore.connect({ type: 'redis', redis: { ...target, keyPrefix } }, { logger: createLogger('silent') });
+  const store = await RedisStore.connect({ type: 'redis', redis: { url: 'url' in target ? target.url : undefined, cluster: 'cluster' in target ? target.cluster : undefined, keyPrefix } }, { logger: createLogger('silent') });
   t.teardown(() => store.close());
   return store;
 }
@@ -259,4 +261,25 @@ export async function connectStore(t: Test, target: RedisTarget, keyPrefix: stri
 export async function balanceOf(store: RedisStore, handle: string, sku = 'research'): Promise<number | undefined> {
   const state = await store.getHandle(hashHandle(handle, HASH_SECRET));
   return state?.balances[sku];
+}
+
+/** How many reservations the handle holds right now (its `:res` hash), read straight from Redis. */
+export async function heldReservations(target: RedisTarget, keyPrefix: string, handle: string): Promise<number> {
+  const redis = 'url' in target ? new Redis(target.url, { lazyConnect: true }) : new Cluster(target.cluster.map((seed) => ({ host: new URL(seed).hostname, port: Number(new URL(seed).port) })), { lazyConnect: true });
+  try {
+    await redis.connect();
+    return await redis.hlen(new KeySpace(keyPrefix).handle(hashHandle(handle, HASH_SECRET)).reservations);
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** Waits until the handle holds no reservation (the reconciler releases stale ones); returns the wait in ms. */
+export async function waitForNoReservations(target: RedisTarget, keyPrefix: string, handle: string, timeoutMs: number): Promise<number> {
+  const started = Date.now();
+  while ((await heldReservations(target, keyPrefix, handle)) > 0) {
+    if (Date.now() - started > timeoutMs) throw new Error(`reservations still held ${timeoutMs} ms later`);
+    await sleep(250);
+  }
+  return Date.now() - started;
 }

@@ -27,7 +27,8 @@ export const STDIO_FIXTURE_COMMAND = [process.execPath, '--import', 'tsx', fileU
 /** The environment for children the tests spawn: tap's hooks off (they slow children and are not needed). */
 export const childEnv = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, NODE_OPTIONS: '', ...extra });
 
-const everythingEntry = (): string => {
+/** The server-everything launcher (`node <it> stdio|streamableHttp`). */
+export const everythingEntry = (): string => {
   const require = createRequire(import.meta.url);
   const manifest = require.resolve('@modelcontextprotocol/server-everything/package.json');
   return join(dirname(manifest), 'dist', 'index.js');

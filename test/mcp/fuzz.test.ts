@@ -185,8 +185,11 @@ function encode(events: GenEvent[]): { bytes: Buffer; blankAt: number[] } {
 
 const streamCase = fc.array(event, { minLength: 1, maxLength: 8 }).chain((events) => {
   const { bytes, blankAt } = encode(events);
+  // Cuts right after a \r split CRLF pairs (the tricky case); other cuts land anywhere, mid-character too.
+  const afterCr = [...bytes.keys()].filter((i) => bytes[i] === 0x0d).map((i) => i + 1);
+  const cut = afterCr.length > 0 ? fc.oneof(fc.integer({ min: 0, max: bytes.length }), fc.constantFrom(...afterCr)) : fc.integer({ min: 0, max: bytes.length });
   return fc
-    .tuple(fc.uniqueArray(fc.integer({ min: 0, max: bytes.length }), { maxLength: 12 }), fc.boolean())
+    .tuple(fc.uniqueArray(cut, { maxLength: 12 }), fc.boolean())
     .map(([cuts, withEmpty]) => {
       const points = [...cuts].sort((a, b) => a - b);
       const chunks: Buffer[] = [];

@@ -139,3 +139,16 @@ t.test('many events within the limit each pass even when the stream is larger th
   const input = 'data: 0123456789\n\n'.repeat(50);
   t.equal(await collect(chunksOf(input), identity, { maxEventBytes: 40 }), input);
 });
+
+t.test('events before a held (async) event in the same chunk are yielded before the hook settles', async (t) => {
+  // Regression: a paid call's progress event and its result arriving in one chunk were both held until
+  // the paywall concluded, because finished events were only yielded once the whole chunk was done.
+  let release: (data: string) => void = () => undefined;
+  const hook: SseHook = (event) => (event.data === 'result' ? new Promise<string>((resolve) => (release = resolve)) : undefined);
+  const iterator = rewriteSse(chunksOf('data: progress\n\ndata: result\n\n'), hook, limits);
+  const first = await Promise.race([iterator.next(), new Promise((resolve) => setTimeout(() => resolve('held'), 500))]);
+  t.same(first, { done: false, value: 'data: progress\n\n' });
+  const second = iterator.next();
+  release('final');
+  t.same(await second, { done: false, value: 'data: final\n\n' });
+});

@@ -6,6 +6,7 @@ import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { fingerprint } from '../../src/observability/fingerprint.js';
 import { mintHandle } from '../../src/paywall/handles.js';
+import { MOOVE_WEBHOOK_PATH } from '../../src/payments/webhook.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
@@ -51,6 +52,12 @@ t.test('redaction hides the secrets of a whole config object logged unmasked by 
   t.match(lines()[0], { config: { payments: { moove: { apiKey: '[redacted]', webhookSecret: '[redacted]' } }, handles: { hashSecret: '[redacted]', argumentName: 'tollboothToken' } } });
 });
 
+t.test('redaction keeps the marks of an already-masked config: "***" and empty (unset) values', async (t) => {
+  const { logger, lines } = capturingLogger();
+  logger.info({ evt: 'start', config: { payments: { moove: { apiKey: '***', webhookSecret: '' } }, handles: { hashSecret: '***' } } }, 'listening');
+  t.match(lines()[0], { config: { payments: { moove: { apiKey: '***', webhookSecret: '' } }, handles: { hashSecret: '***' } } });
+});
+
 t.test('redaction leaves the logged object itself untouched', async (t) => {
   const { logger } = capturingLogger();
   const headers = { authorization: `Bearer ${SECRET}` };
@@ -60,12 +67,9 @@ t.test('redaction leaves the logged object itself untouched', async (t) => {
 
 t.test('a fingerprint is the first 9 characters, "..", and the last 4', async (t) => {
   t.equal(fingerprint('tb_s_KLeVq3m0c8QzT1xYwUaEPcw'), 'tb_s_KLeV..EPcw');
-  for (let i = 0; i < 20; i++) {
-    const handle = mintHandle();
-    const print = fingerprint(handle);
-    t.equal(print, `${handle.slice(0, 9)}..${handle.slice(-4)}`);
-    t.match(print, /^tb_s_[A-Za-z0-9_-]{4}\.\.[A-Za-z0-9_-]{4}$/);
-  }
+  const handles = Array.from({ length: 20 }, mintHandle);
+  t.same(handles.map(fingerprint), handles.map((h) => `${h.slice(0, 9)}..${h.slice(-4)}`), 'minted handles');
+  t.ok(handles.map(fingerprint).every((print) => /^tb_s_[A-Za-z0-9_-]{4}\.\.[A-Za-z0-9_-]{4}$/.test(print)), 'always 15 characters of that shape');
 });
 
 t.test('a fingerprint of a short token shows at most its first 5 characters', async (t) => {
@@ -132,6 +136,34 @@ t.test('an x-request-id of exactly 128 printable characters is kept', async (t) 
   const id = 'r'.repeat(128);
   const response = await pricedCall(gateway, { 'x-request-id': id });
   t.equal(response.headers.get('x-request-id'), id);
+});
+
+t.test('a free call relayed from the upstream echoes x-request-id too', async (t) => {
+  const gateway = await startTestGateway(t, testConfig(upstream.url));
+  const response = await fetch(gateway.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18', 'x-request-id': 'free-call-1' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'hi' } } }),
+  });
+  const body = await response.text();
+  t.match(body, /hi/, 'the upstream answered');
+  t.equal(response.headers.get('x-request-id'), 'free-call-1');
+});
+
+t.test('a refused webhook is logged with the request id', async (t) => {
+  const gateway = await startTestGateway(
+    t,
+    testConfig(upstream.url, { payments: { provider: 'moove', moove: { apiKey: SECRET, webhookSecret: 'whsec-test', baseUrl: 'http://127.0.0.1:9' } } }),
+  );
+  const response = await fetch(`${gateway.origin}${MOOVE_WEBHOOK_PATH}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-request-id': 'webhook-1' },
+    body: '{"type":"payment_link.paid"}',
+  });
+  await response.text();
+  t.equal(response.headers.get('x-request-id'), 'webhook-1');
+  t.match(gateway.logs().find((line) => line.evt === 'webhook'), { reqId: 'webhook-1', provider: 'moove' });
+  t.notOk(gateway.logText().includes(SECRET), 'the API key is not logged');
 });
 
 t.test('operator routes echo x-request-id too', async (t) => {

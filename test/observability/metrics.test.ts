@@ -98,6 +98,12 @@ const unknown = await fetch(gateway.url, {
   body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: `x/${ARGUMENT}`, params: {} }),
 });
 await unknown.text();
+const noToken = await fetch(gateway.url, {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
+  body: JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/list', params: {} }),
+});
+await noToken.text();
 const atEnd = await scrape();
 
 const delta = (from: { samples: Sample[] }, to: { samples: Sample[] }, name: string, where: Record<string, string> = {}) =>
@@ -152,6 +158,13 @@ t.test('tollbooth_mcp_requests_total counts by method, era and status; an unknow
     t.match(sample.labels.era, /^(legacy|modern)$/, 'era is legacy or modern');
     t.match(sample.labels.status, /^[1-5]\d\d$/, 'status is an HTTP status code');
   }
+});
+
+t.test('a request without a bearer token counts one auth failure, reason missing_token', async (t) => {
+  t.equal(noToken.status, 401);
+  t.equal(delta(afterRefund, atEnd, 'tollbooth_auth_failures_total', { reason: 'missing_token' }), 1);
+  t.equal(delta(afterRefund, atEnd, 'tollbooth_auth_failures_total'), 1, 'no other reason moved');
+  t.equal(delta(afterRefund, atEnd, 'tollbooth_mcp_requests_total', { method: 'tools/list', status: '401' }), 1);
 });
 
 t.test('tollbooth_mcp_request_duration_seconds has buckets from 0.25 ms to 30 s', async (t) => {

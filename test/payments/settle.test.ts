@@ -70,7 +70,7 @@ async function balanceOf(store: Store, charge: ChargeRecord): Promise<number> {
 
 async function counterValue(metrics: Metrics, name: 'settlements' | 'credits', labels: Record<string, string>): Promise<number> {
   const { values } = await metrics[name].get();
-  return values.filter((v) => Object.entries(labels).every(([k, want]) => v.labels[k] === want)).reduce((sum, v) => sum + v.value, 0);
+  return values.filter((v) => Object.entries(labels).every(([k, want]) => (v.labels as Record<string, unknown>)[k] === want)).reduce((sum, v) => sum + v.value, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -167,6 +167,28 @@ async function mooveFake(t: Tap): Promise<{ fake: MooveFake; provider: MooveProv
   return { fake, provider };
 }
 
+/**
+ * Holds every reading until `count` of them are in hand (or a second passed), then answers them all
+ * at once: the observers then reach the store together, however slowly the machine ran the reads.
+ */
+function answeringTogether(inner: PaymentProvider, count: number): PaymentProvider {
+  let arrived = 0;
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  return {
+    name: inner.name,
+    openCharge: (input, signal) => inner.openCharge(input, signal),
+    readCharge: async (ref, signal) => {
+      const reading = await inner.readCharge(ref, signal);
+      if (++arrived >= count) release();
+      await Promise.race([gate, new Promise((resolve) => setTimeout(resolve, 1_000))]);
+      return reading;
+    },
+  };
+}
+
 /** 20 webhook triggers, 20 agent retries and 10 reconcilers (one store lease) start together. */
 async function race(h: Harness, charge: ChargeRecord, provider: PaymentProvider): Promise<void> {
   const reconcilers = Array.from({ length: 10 }, () => new Reconciler({ store: h.store, provider, settler: h.settler, metrics: h.metrics, logger: createLogger('silent'), intervalMs: 60_000, now: () => Date.now() + 3_000 }));
@@ -179,7 +201,7 @@ async function race(h: Harness, charge: ChargeRecord, provider: PaymentProvider)
 
 t.test('exactly once: 50 concurrent observers of one completed charge make one grant of the pack', async (t) => {
   const { fake, provider } = await mooveFake(t);
-  const h = harness(new MemoryStore(), provider);
+  const h = harness(new MemoryStore(), answeringTogether(provider, 20));
   const link = await provider.openCharge({ nonce: mintNonce(), sku: 'research', ...PACK, expiresAt: Date.now() + HOUR });
   const charge = await pendingCharge(h.store, link.providerRef);
   await fake.pay(link.providerRef, '5.00');
@@ -195,12 +217,12 @@ t.test('exactly once: 50 concurrent observers of one completed charge make one g
   t.equal(h.logs().filter((line) => line.evt === 'settlement').length, 1, 'one settlement log line');
 });
 
-/** Check, then (after a store round trip of ~20 ms) grant: the race the atomic claim exists to prevent. */
+/** Check, then (after one store round trip) grant: the race the atomic claim exists to prevent. */
 class CheckThenGrantStore extends MemoryStore {
   override async claimSettlement(claim: SettlementClaim): Promise<ClaimResult> {
     const before = await this.getCharge(claim.handleHash, claim.nonce);
     if (before?.status !== 'pending' && before?.status !== 'abandoned') return { claimed: false, charge: before, balance: 0 };
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await new Promise((resolve) => setImmediate(resolve));
     const balance = claim.credits > 0 ? await this.grantCredits(claim.handleHash, before.sku, claim.credits) : 0;
     await super.claimSettlement({ ...claim, credits: 0 });
     return { claimed: true, charge: before, balance };
@@ -209,7 +231,7 @@ class CheckThenGrantStore extends MemoryStore {
 
 t.test('negative control: the same race on a check-then-grant store grants more than once', async (t) => {
   const { fake, provider } = await mooveFake(t);
-  const h = harness(new CheckThenGrantStore(), provider);
+  const h = harness(new CheckThenGrantStore(), answeringTogether(provider, 20));
   const link = await provider.openCharge({ nonce: mintNonce(), sku: 'research', ...PACK, expiresAt: Date.now() + HOUR });
   const charge = await pendingCharge(h.store, link.providerRef);
   await fake.pay(link.providerRef, '5.00');

@@ -8,7 +8,7 @@
 // `$HANDLE` in a body stands for a funded handle (the test pays for one before the corpus runs);
 // `$HANDLE_UPPER`, `$HANDLE_FULLWIDTH` and `$HANDLE_LOOKALIKE` (Cyrillic ѕ in the prefix) for near misses.
 // The gateway under test prices fetch_readable (cost 1) and costly (cost 2); echo is free. Its
-// bodyLimit is 64 KiB, maxResponseBytes 64 KiB, callDeadline 1.5 s.
+// bodyLimit is 64 KiB, maxResponseBytes 64 KiB, callDeadline 1.5 s, allowedHosts [127.0.0.1].
 import type { HostileBehaviour } from '../helpers/hostile-upstream.js';
 
 export const HANDLE = '$HANDLE';
@@ -135,9 +135,9 @@ export const cases: HostileCase[] = [
   { name: '__proto__ in params carrying the name', request: { body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"__proto__":{"name":"fetch_readable"},"arguments":{}}}' }, status: 200, expect: { rpcError: -32602 } },
   { name: '__proto__ in arguments carrying the token', request: { body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_readable","arguments":{"__proto__":{"tollboothToken":"${HANDLE}"}}}}` }, status: 200, expect: { challenge: 'payment_required' } },
   { name: '__proto__ as the top-level message prototype', request: { body: '{"__proto__":{"jsonrpc":"2.0","method":"tools/call"},"id":1}' }, status: 400, expect: { rpcError: -32600 } },
-  { name: 'tool named constructor', request: { body: call('constructor', {}) }, status: 200, expect: { upstream: -32602 } },
-  { name: 'tool named __proto__', request: { body: call('__proto__', {}) }, status: 200, expect: { upstream: -32602 } },
-  { name: 'tool named hasOwnProperty', request: { body: call('hasOwnProperty', {}) }, status: 200, expect: { upstream: -32602 } },
+  { name: 'tool named constructor', request: { body: call('constructor', {}) }, status: 200, expect: { upstream: 'result' } },
+  { name: 'tool named __proto__', request: { body: call('__proto__', {}) }, status: 200, expect: { upstream: 'result' } },
+  { name: 'tool named hasOwnProperty', request: { body: call('hasOwnProperty', {}) }, status: 200, expect: { upstream: 'result' } },
   { name: 'method named constructor', request: { body: rpc('constructor', {}) }, status: 200, expect: { upstream: -32601 } },
   { name: 'method named __proto__', request: { body: rpc('__proto__') }, status: 200, expect: { upstream: -32601 } },
   { name: 'constructor key in free-tool arguments', request: { body: call('echo', { constructor: { prototype: { polluted: true } }, text: 'x' }) }, status: 200, expect: { upstream: 'result' } },
@@ -165,10 +165,10 @@ export const cases: HostileCase[] = [
   { name: 'method Tools/Call (case trick)', request: { body: { ...paid({ tollboothToken: 'x' }), method: 'Tools/Call' } }, status: 200, expect: { upstream: -32601 } },
   { name: 'method "tools/call " (trailing space)', request: { body: { ...paid(), method: 'tools/call ' } }, status: 200, expect: { upstream: -32601 } },
   { name: 'method tools/call with a NUL', request: { body: { ...paid(), method: 'tools/call\u0000' } }, status: 200, expect: { upstream: -32601 } },
-  { name: 'tool FETCH_READABLE (case trick)', request: { body: call('FETCH_READABLE', { url: 'x' }) }, status: 200, expect: { upstream: -32602 } },
-  { name: 'tool fetch_readabl\u0435 (Cyrillic e)', request: { body: call('fetch_readabl\u0435', { url: 'x' }) }, status: 200, expect: { upstream: -32602 } },
-  { name: 'tool fetch_readable with a zero-width joiner', request: { body: call('fetch_\u200dreadable', { url: 'x' }) }, status: 200, expect: { upstream: -32602 } },
-  { name: 'tool "fetch_readable " (trailing space)', request: { body: call('fetch_readable ', { url: 'x' }) }, status: 200, expect: { upstream: -32602 } },
+  { name: 'tool FETCH_READABLE (case trick)', request: { body: call('FETCH_READABLE', { url: 'x' }) }, status: 200, expect: { upstream: 'result' } },
+  { name: 'tool fetch_readabl\u0435 (Cyrillic e)', request: { body: call('fetch_readabl\u0435', { url: 'x' }) }, status: 200, expect: { upstream: 'result' } },
+  { name: 'tool fetch_readable with a zero-width joiner', request: { body: call('fetch_\u200dreadable', { url: 'x' }) }, status: 200, expect: { upstream: 'result' } },
+  { name: 'tool "fetch_readable " (trailing space)', request: { body: call('fetch_readable ', { url: 'x' }) }, status: 200, expect: { upstream: 'result' } },
   { name: 'tool name escaped in JSON (\\u0066etch_readable) is the priced tool', request: { body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\u0066etch_readable","arguments":{}}}' }, status: 200, expect: { challenge: 'payment_required' } },
   { name: 'method escaped in JSON (tools\\/call) is tools/call', request: { body: '{"jsonrpc":"2.0","id":1,"method":"tools\\/call","params":{"name":"fetch_readable","arguments":{}}}' }, status: 200, expect: { challenge: 'payment_required' } },
 
@@ -182,12 +182,20 @@ export const cases: HostileCase[] = [
   { name: 'modern: MCP-Protocol-Version mismatched', request: modern('fetch_readable', { 'mcp-protocol-version': '2025-06-18' }), status: 400, expect: { rpcError: -32020 } },
   { name: 'modern: Mcp-Name missing', request: { ...modern('fetch_readable'), headers: { 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call' } }, status: 400, expect: { rpcError: -32020 } },
 
-  // --- content-type lies: the gateway prices what it parsed, whatever the label ---
-  { name: 'priced call labelled text/plain', request: { body: paid(), headers: { 'content-type': 'text/plain' } }, status: 200, expect: { challenge: 'payment_required' } },
+  // --- content-type and encoding lies: only JSON is parsed, and it is priced whatever else it claims ---
+  { name: 'priced call labelled text/plain', request: { body: paid(), headers: { 'content-type': 'text/plain' } }, status: 415, expect: { rpcError: -32600 } },
+  { name: 'JSON labelled application/x-www-form-urlencoded', request: { body: paid({ tollboothToken: HANDLE }), headers: { 'content-type': 'application/x-www-form-urlencoded' } }, status: 415, expect: { rpcError: -32600 } },
+  { name: 'JSON labelled multipart/form-data', request: { body: paid({ tollboothToken: HANDLE }), headers: { 'content-type': 'multipart/form-data; boundary=x' } }, status: 415, expect: { rpcError: -32600 } },
   { name: 'form-encoded body labelled application/json', request: { body: 'method=tools%2Fcall&name=fetch_readable', headers: { 'content-type': 'application/json' } }, status: 400, expect: { rpcError: -32700 } },
-  { name: 'JSON labelled application/x-www-form-urlencoded', request: { body: paid({ tollboothToken: 'junk' }), headers: { 'content-type': 'application/x-www-form-urlencoded' } }, status: 200, expect: { challenge: 'unknown_handle' } },
-  { name: 'JSON labelled multipart/form-data', request: { body: paid(), headers: { 'content-type': 'multipart/form-data; boundary=x' } }, status: 200, expect: { challenge: 'payment_required' } },
-  { name: 'plain JSON labelled gzip-encoded', request: { body: paid(), headers: { 'content-encoding': 'gzip' } }, status: 415, expect: { rpcError: -32600 } },
+  { name: 'priced call labelled APPLICATION/JSON; charset=UTF-8', request: { body: paid(), headers: { 'content-type': 'APPLICATION/JSON; charset=UTF-8' } }, status: 200, expect: { challenge: 'payment_required' } },
+  { name: 'priced call labelled application/vnd.x+json', request: { body: paid(), headers: { 'content-type': 'application/vnd.x+json' } }, status: 200, expect: { challenge: 'payment_required' } },
+  { name: 'plain JSON labelled gzip-encoded', request: { body: paid({ tollboothToken: HANDLE }), headers: { 'content-encoding': 'gzip' } }, status: 415, expect: { rpcError: -32600 } },
+  { name: 'free call labelled gzip-encoded', request: { body: call('echo', { text: 'x' }), headers: { 'content-encoding': 'gzip' } }, status: 415, expect: { rpcError: -32600 } },
+
+  // --- foreign browser origins and unexpected Host headers (DNS rebinding): 403 before anything runs ---
+  { name: 'a foreign Origin', request: { body: paid({ tollboothToken: HANDLE }), headers: { origin: 'http://evil.example' } }, status: 403, expect: { rpcError: -32600 } },
+  { name: 'Origin "null" (sandboxed page)', request: { body: paid({ tollboothToken: HANDLE }), headers: { origin: 'null' } }, status: 403, expect: { rpcError: -32600 } },
+  { name: 'a Host outside allowedHosts (DNS rebinding)', request: { body: paid({ tollboothToken: HANDLE }), headers: { host: 'attacker.example' } }, status: 403, expect: { rpcError: -32600 } },
 
   // --- a misbehaving upstream on a paid call: refused, the credit refunded ---
   { name: 'upstream: a correct JSON result (control)', upstream: 'ok-json', request: { body: paid({ tollboothToken: HANDLE }) }, status: 200, expect: { receipt: true }, spends: 1, upstreamPricedCalls: 1 },

@@ -5,6 +5,7 @@
 // upstream received exactly the priced calls the case allows, each one backed by a credit reserved
 // for it (spent, or refunded after a failure), and never saw the handle.
 import t from 'tap';
+import { request } from 'undici';
 import { cases, type Expectation, type HostileCase } from './hostile-cases.js';
 import { startHostileUpstream } from '../helpers/hostile-upstream.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
@@ -22,7 +23,7 @@ t.teardown(() => hostileUpstream.close());
 
 function config(upstreamUrl: string) {
   return testConfig(upstreamUrl, {
-    server: { host: '127.0.0.1', port: 0, bodyLimit: '64kb' },
+    server: { host: '127.0.0.1', port: 0, bodyLimit: '64kb', allowedHosts: ['127.0.0.1'] },
     upstream: { url: upstreamUrl, callDeadline: '1500ms', maxResponseBytes: '64kb' },
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: 1000 } },
   });
@@ -41,9 +42,11 @@ interface Target {
 
 const BASE_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 
+/** undici's request, not fetch: fetch would drop a spoofed Host header. */
 async function post(gateway: TestGateway, body: string | Buffer, headers: Record<string, string> = {}): Promise<{ status: number; contentType: string; text: string }> {
-  const response = await fetch(gateway.url, { method: 'POST', headers: { ...BASE_HEADERS, ...headers }, body });
-  return { status: response.status, contentType: response.headers.get('content-type') ?? '', text: await response.text() };
+  const response = await request(gateway.url, { method: 'POST', headers: { ...BASE_HEADERS, ...headers }, body });
+  const contentType = response.headers['content-type'];
+  return { status: response.statusCode, contentType: typeof contentType === 'string' ? contentType : '', text: await response.body.text() };
 }
 
 /** Challenge, pay on the dev checkout page, return the funded handle. */
@@ -133,6 +136,11 @@ const STACK_TRACE = /\n\s+at |\bat [\w$.<>]+ \(|node:internal|\/work\/|\.(?:[cm]
 
 t.ok(cases.length >= 60, `the corpus holds ${cases.length} cases`);
 
+t.test('negative control: the stack-trace check recognises a real stack trace', async (t) => {
+  t.match(new Error('boom').stack ?? '', STACK_TRACE);
+  t.match('Error: boom\n    at handler (/srv/upstream/index.js:12:5)', STACK_TRACE);
+});
+
 for (const testCase of cases) {
   t.test(testCase.name, async (t) => {
     const target = targets[testCase.upstream ? 'hostile' : 'sdk'];
@@ -158,7 +166,6 @@ for (const testCase of cases) {
     const health = await fetch(`${gateway.origin}/healthz`);
     t.equal(health.status, 200, 'the gateway is still alive');
 
-    // Let a refunded or committed reservation reach the metric (conclude runs before the reply ends).
     const creditsAfter = await credits(gateway);
     const callsAfter = target.pricedCalls();
     const spent = creditsAfter.spent - creditsBefore.spent;

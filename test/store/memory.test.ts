@@ -1,7 +1,8 @@
 // MemoryStore: the shared conformance suite, then what only the memory store promises (its clock
 // drives buckets and leases too, and it sweeps what can no longer matter so memory stays bounded).
 import t from 'tap';
-import { MemoryStore, RETENTION_MS } from '../../src/store/memory.js';
+import { MemoryStore } from '../../src/store/memory.js';
+import { RETENTION_MS } from '../../src/store/store.js';
 import { ManualClock, StoreFixture, storeConformance } from './conformance.js';
 
 storeConformance(t, 'MemoryStore', async ({ now }) => new MemoryStore({ now }), { controllableClock: true });

@@ -1,0 +1,11 @@
+import { Client as V1Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport as V1StdioTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { STDIO_FIXTURE_COMMAND, childEnv } from '../test/helpers/interop-upstreams.ts';
+let s = Date.now();
+const client = new V1Client({ name: 'x', version: '1' });
+await client.connect(new V1StdioTransport({ command: STDIO_FIXTURE_COMMAND[0], args: STDIO_FIXTURE_COMMAND.slice(1), env: childEnv() as any, stderr: 'ignore' }));
+console.log('connect', Date.now() - s); s = Date.now();
+await client.listTools();
+console.log('list', Date.now() - s); s = Date.now();
+await client.close();
+console.log('close', Date.now() - s);

@@ -1,0 +1,246 @@
+// OAuth through the gateway (SPEC §9) from a bare fetch client: a real gateway in auth.mode oauth in
+// front of a real SDK upstream, tokens from a real issuer whose JWKS is served over HTTP
+// (test/helpers/jwks-issuer.ts). The first four tests are the refusals of the least generous
+// consumer; then the attacks on verification, scopes per tool, the header the upstream must never
+// get, and the binding of handles to the principal they were minted for.
+import t from 'tap';
+import { startPaidUpstream } from '../helpers/paid-upstream.js';
+import { freePort, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { startTestIssuer, type MintOptions, type TestIssuer } from '../helpers/jwks-issuer.js';
+
+type Tap = Pick<typeof t, 'teardown'>;
+
+const upstream = await startPaidUpstream('stateless-json');
+t.teardown(() => upstream.close());
+const shared = await startTestIssuer();
+t.teardown(() => shared.close());
+
+interface OauthGateway extends TestGateway {
+  publicUrl: string;
+  prm: string;
+}
+
+async function oauthGateway(t: Tap, issuer: TestIssuer = shared, upstreamHeaders: Record<string, string> = {}): Promise<OauthGateway> {
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const gateway = await startTestGateway(
+    t as Parameters<typeof startTestGateway>[0],
+    testConfig(upstream.url, {
+      server: { host: '127.0.0.1', port, publicUrl },
+      upstream: { url: upstream.url, headers: upstreamHeaders },
+      auth: {
+        mode: 'oauth',
+        issuer: issuer.issuer,
+        jwksUrl: issuer.jwksUrl,
+        authorizationServers: [issuer.issuer],
+        requiredScopes: ['mcp:use'],
+        toolScopes: { fetch_readable: ['research:pay'] },
+      },
+    }),
+  );
+  return { ...gateway, publicUrl, prm: `http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp` };
+}
+
+const gateway = await oauthGateway(t);
+
+/** A token the gateway accepts for everything: audience = publicUrl, both scopes. */
+const tokenFor = (sub: string, options: MintOptions = {}, issuer: TestIssuer = shared, gw: OauthGateway = gateway) =>
+  issuer.mint({ sub, aud: gw.publicUrl, scope: 'mcp:use research:pay', ...options });
+
+interface Reply {
+  status: number;
+  wwwAuthenticate: string | null;
+  body: { id?: unknown; error?: { code: number; message: string }; result?: { isError?: boolean; _meta?: Record<string, Record<string, unknown>>; content?: { text: string }[] } };
+  text: string;
+}
+
+let nextId = 1;
+async function post(gw: OauthGateway, message: Record<string, unknown>, token?: string): Promise<Reply> {
+  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+  if (token !== undefined) headers.authorization = `Bearer ${token}`;
+  const response = await fetch(gw.url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, ...message }) });
+  const text = await response.text();
+  return { status: response.status, wwwAuthenticate: response.headers.get('www-authenticate'), body: JSON.parse(text) as Reply['body'], text };
+}
+
+const toolsList = { method: 'tools/list', params: {} };
+const callTool = (name: string, args: Record<string, unknown> = {}) => ({ method: 'tools/call', params: { name, arguments: args } });
+const invalidToken = (gw: OauthGateway, description: string) => `Bearer error="invalid_token", error_description="${description}", resource_metadata="${gw.prm}"`;
+
+// --- the four refusals from a bare client (SPEC §9) ---
+
+t.test('no token: 401, WWW-Authenticate names only the metadata URL, JSON-RPC error -32001', async (t) => {
+  const reply = await post(gateway, toolsList);
+  t.equal(reply.status, 401);
+  t.equal(reply.wwwAuthenticate, `Bearer resource_metadata="${gateway.prm}"`);
+  t.equal(reply.body.error?.code, -32001);
+  t.match(reply.body.error?.message, /Authorization required/);
+});
+
+t.test('expired token: 401 invalid_token', async (t) => {
+  const token = await tokenFor('alice', { now: Math.floor(Date.now() / 1000) - 600, expSeconds: 300 });
+  const reply = await post(gateway, toolsList, token);
+  t.equal(reply.status, 401);
+  t.equal(reply.wwwAuthenticate, invalidToken(gateway, 'The access token expired'));
+  t.equal(reply.body.error?.code, -32001);
+});
+
+t.test('token minted for another audience: 401 invalid_token', async (t) => {
+  const token = await tokenFor('alice', { aud: 'https://other-resource.example/mcp' });
+  const reply = await post(gateway, toolsList, token);
+  t.equal(reply.status, 401);
+  t.equal(reply.wwwAuthenticate, invalidToken(gateway, 'The access token was issued for another resource'));
+});
+
+t.test('valid token without the required scope: 403 insufficient_scope naming the scope', async (t) => {
+  const token = await tokenFor('alice', { scope: 'profile' });
+  const reply = await post(gateway, toolsList, token);
+  t.equal(reply.status, 403);
+  t.equal(reply.wwwAuthenticate, `Bearer error="insufficient_scope", scope="mcp:use", resource_metadata="${gateway.prm}"`);
+  t.equal(reply.body.error?.code, -32003);
+});
+
+t.test('a valid token with the required scope passes (control for the refusals above)', async (t) => {
+  const reply = await post(gateway, toolsList, await tokenFor('alice'));
+  t.equal(reply.status, 200);
+  t.ok(Array.isArray((reply.body.result as { tools?: unknown[] } | undefined)?.tools), 'the upstream tools/list');
+});
+
+t.test('a GET stream without a token is refused the same way', async (t) => {
+  const response = await fetch(gateway.url, { headers: { accept: 'text/event-stream' } });
+  t.equal(response.status, 401);
+  t.equal(response.headers.get('www-authenticate'), `Bearer resource_metadata="${gateway.prm}"`);
+  await response.body?.cancel();
+});
+
+// --- metadata ---
+
+t.test('the protected resource metadata is served at both well-known paths', async (t) => {
+  const expected = { resource: gateway.publicUrl, authorization_servers: [shared.issuer], scopes_supported: ['mcp:use', 'research:pay'], bearer_methods_supported: ['header'] };
+  for (const path of ['/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource']) {
+    const response = await fetch(`${gateway.origin}${path}`);
+    t.equal(response.status, 200, path);
+    t.same(await response.json(), expected, path);
+  }
+});
+
+// --- attacks on verification ---
+
+t.test('alg none is refused as an algorithm this resource does not accept', async (t) => {
+  const reply = await post(gateway, toolsList, shared.mintUnsigned({ sub: 'mallory', aud: gateway.publicUrl, scope: 'mcp:use research:pay' }));
+  t.equal(reply.status, 401);
+  t.equal(reply.wwwAuthenticate, invalidToken(gateway, 'The access token is signed with an algorithm this resource does not accept'));
+});
+
+t.test('a wrong issuer is refused, even with a valid signature', async (t) => {
+  const reply = await post(gateway, toolsList, await tokenFor('mallory', { iss: 'https://evil.example/' }));
+  t.equal(reply.status, 401);
+  t.equal(reply.wwwAuthenticate, invalidToken(gateway, 'The access token was issued by an untrusted issuer'));
+});
+
+t.test('an unknown kid makes the gateway refetch the JWKS (after the 30 s cooldown) and accept the rotated key', async (t) => {
+  const issuer = await startTestIssuer();
+  t.teardown(() => issuer.close());
+  const gw = await oauthGateway(t, issuer);
+  t.equal((await post(gw, toolsList, await tokenFor('alice', {}, issuer, gw))).status, 200, 'first key set fetched');
+  t.equal(issuer.jwksFetches, 1);
+  await issuer.rotate();
+  // jose's cooldown reads Date.now: move past it instead of sleeping 30 s.
+  const realNow = Date.now;
+  Date.now = () => realNow() + 31_000;
+  t.teardown(() => {
+    Date.now = realNow;
+  });
+  const reply = await post(gw, toolsList, await tokenFor('alice', {}, issuer, gw));
+  t.equal(reply.status, 200, 'the token signed with the new key is accepted');
+  t.equal(issuer.jwksFetches, 2, 'exactly one refetch');
+});
+
+t.test('a kid that is in no key set is refused, and refetches are rate limited', async (t) => {
+  const issuer = await startTestIssuer();
+  t.teardown(() => issuer.close());
+  const gw = await oauthGateway(t, issuer);
+  t.equal((await post(gw, toolsList, await tokenFor('alice', {}, issuer, gw))).status, 200);
+  const fetchesBefore = issuer.jwksFetches;
+  for (let i = 0; i < 3; i++) {
+    const reply = await post(gw, toolsList, await tokenFor('mallory', { foreignKey: true, kid: `forged-${i}` }, issuer, gw));
+    t.equal(reply.status, 401, `forged kid ${i}`);
+    t.match(reply.wwwAuthenticate, /^Bearer error="invalid_token", /);
+  }
+  t.ok(issuer.jwksFetches - fetchesBefore <= 1, 'at most one refetch inside the cooldown');
+});
+
+t.test('JWKS endpoint down: 401 invalid_token saying the keys could not be fetched (fail closed)', async (t) => {
+  const issuer = await startTestIssuer();
+  t.teardown(() => issuer.close());
+  issuer.setAvailability('error');
+  const gw = await oauthGateway(t, issuer);
+  const marker = `jwks-down-${Date.now()}`;
+  const reply = await post(gw, callTool('echo', { text: marker }), await tokenFor('alice', {}, issuer, gw));
+  t.equal(reply.status, 401);
+  t.equal(reply.wwwAuthenticate, invalidToken(gw, 'The signing keys of the issuer could not be fetched; try again shortly'));
+  t.notOk(upstream.sawText(marker), 'nothing reached the upstream');
+});
+
+// --- scopes per tool ---
+
+t.test('toolScopes: a tools/call of fetch_readable without research:pay is 403 naming the full set', async (t) => {
+  const token = await tokenFor('alice', { scope: 'mcp:use' });
+  const before = upstream.callsOf('fetch_readable').length;
+  const reply = await post(gateway, callTool('fetch_readable', { url: 'https://example.com/' }), token);
+  t.equal(reply.status, 403);
+  t.equal(reply.wwwAuthenticate, `Bearer error="insufficient_scope", scope="mcp:use research:pay", resource_metadata="${gateway.prm}"`);
+  t.equal(upstream.callsOf('fetch_readable').length, before, 'nothing reached the upstream');
+  t.equal((await post(gateway, callTool('echo', { text: 'scoped' }), token)).status, 200, 'a tool without toolScopes works with the same token');
+});
+
+// --- the client's credential never reaches the upstream ---
+
+t.test("the client's Authorization header is never forwarded; upstream.headers go instead", async (t) => {
+  const gw = await oauthGateway(t, shared, { authorization: 'Bearer upstream-own-credential' });
+  const token = await tokenFor('alice', {}, shared, gw);
+  const marker = `auth-marker-${Date.now()}`;
+  const reply = await post(gw, callTool('echo', { text: marker }), token);
+  t.equal(reply.status, 200);
+  const seen = upstream.calls.find((c) => c.arguments.text === marker);
+  t.ok(seen, 'the call reached the upstream');
+  t.equal(seen?.headers.authorization, 'Bearer upstream-own-credential', "the upstream's own credential");
+  t.notOk(upstream.sawText(token), 'the token is in no upstream body');
+});
+
+// --- handles are bound to the principal they were minted for (SPEC §6.2 step 4) ---
+
+t.test('binding: a handle minted for A works for A after paying and is refused for B, disclosing and minting nothing', async (t) => {
+  const alice = await tokenFor('alice-binding');
+  const bob = await tokenFor('bob-binding');
+  const args = { url: 'https://example.com/bound' };
+
+  const challenge = await post(gateway, callTool('fetch_readable', args), alice);
+  const meta = challenge.body.result?._meta?.['xyz.tollbooth/challenge'] as { checkoutUrl: string; retry: { value: string } };
+  t.ok(meta?.retry.value.startsWith('tb_s_'), 'A is challenged with a handle');
+  const handle = meta.retry.value;
+  const linkId = meta.checkoutUrl.split('/').pop() as string;
+  const pay = await fetch(`${meta.checkoutUrl}/pay`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: '', redirect: 'manual' });
+  t.equal(pay.status, 303, 'paid');
+
+  const forA = await post(gateway, callTool('fetch_readable', { ...args, tollboothToken: handle }), alice);
+  t.not(forA.body.result?.isError, true, 'A runs the tool');
+  t.same(forA.body.result?._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 });
+
+  const metricsBefore = await (await fetch(`${gateway.origin}/metrics`)).text();
+  const upstreamBefore = upstream.callsOf('fetch_readable').length;
+  const forB = await post(gateway, callTool('fetch_readable', { ...args, tollboothToken: handle }), bob);
+  t.equal(forB.status, 200);
+  t.equal(forB.body.result?.isError, true);
+  t.same(forB.body.result?._meta?.['xyz.tollbooth/refusal'], { reason: 'bound_to_other_principal' });
+  t.notOk(forB.body.result?._meta?.['xyz.tollbooth/challenge'], 'no challenge: nothing minted for B');
+  for (const secret of [handle, meta.checkoutUrl, linkId]) t.notOk(forB.text.includes(secret), 'the refusal discloses neither the handle nor its link');
+  t.equal(upstream.callsOf('fetch_readable').length, upstreamBefore, 'B reached nothing upstream');
+  const metricsAfter = await (await fetch(`${gateway.origin}/metrics`)).text();
+  const charges = (text: string) => /^tollbooth_charges_opened_total\{sku="research"\} (\d+)/m.exec(text)?.[1];
+  t.equal(charges(metricsAfter), charges(metricsBefore), 'no charge opened for B');
+  t.match(metricsAfter, /tollbooth_paid_calls_total\{tool="fetch_readable",sku="research",outcome="refused_bound"\} 1/);
+
+  const againForA = await post(gateway, callTool('fetch_readable', { ...args, tollboothToken: handle }), alice);
+  t.same(againForA.body.result?._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 1 }, "B's attempt cost A nothing");
+});

@@ -1,0 +1,45 @@
+// A few seconds of the benchmark harness (bench/run.ts) with tiny durations: it must start every
+// server, fund the paid handles, drive every scenario and write a results JSON. The numbers are not
+// asserted (timing belongs to `npm run bench`, never to a test), only that each scenario really ran.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+
+const SCENARIOS = ['direct', 'bare-proxy', 'gateway-free', 'gateway-paid-memory', 'gateway-paid-redis', 'gateway-paid-oauth'];
+
+t.test('a short bench run writes a results JSON covering every scenario', async (t) => {
+  t.setTimeout(120_000); // ~15 s on an idle 2-core machine; process start-up dominates under load
+  const out = mkdtempSync(join(tmpdir(), 'tb-bench-smoke-'));
+  t.teardown(() => rmSync(out, { recursive: true, force: true }));
+  const args = ['--import', 'tsx', 'bench/run.ts', '--duration', '0.4', '--warmup', '0', '--connections', '4', '--sse-samples', '5', '--soak', '0.05', '--soak-rate', '50', '--no-pin', '--no-markdown', '--out', out];
+  const child = spawn(process.execPath, args, { cwd: join(import.meta.dirname, '../..'), env: { ...process.env, NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  t.equal(code, 0, stderr);
+
+  const files = readdirSync(out).filter((f) => f.endsWith('.json'));
+  t.equal(files.length, 1, 'one results file');
+  const report = JSON.parse(readFileSync(join(out, files[0] as string), 'utf8')) as {
+    maxRate: { name: string; requests: number; non2xx: number; authorised?: number }[];
+    fixedRate: { results: { name: string; requests: number }[] };
+    ratios: Record<string, number>;
+    addedLatencyMs: Record<string, unknown>;
+    sse: { results: Record<string, { p50: number }> };
+    soak: { windows: unknown[] };
+  };
+  t.same(report.maxRate.map((r) => r.name), SCENARIOS);
+  t.same(report.fixedRate.results.map((r) => r.name), SCENARIOS);
+  for (const row of report.maxRate) {
+    t.ok(row.requests > 0, `${row.name} served requests`);
+    t.equal(row.non2xx, 0, `${row.name} had no failures`);
+  }
+  // The paid rows really spent credits (a challenge is a 200 too): authorised ≈ requests.
+  for (const row of report.maxRate.filter((r) => r.name.startsWith('gateway-paid'))) t.ok((row.authorised ?? 0) >= row.requests * 0.9, `${row.name} calls were authorised`);
+  t.ok(report.ratios['gateway-paid-redis/bare-proxy'] !== undefined, 'ratios computed');
+  t.ok(report.addedLatencyMs['gateway-free'] !== undefined, 'added latency computed');
+  t.same(Object.keys(report.sse.results), ['direct', 'gateway-free', 'gateway-paid-memory']);
+  t.ok(report.soak.windows.length > 0, 'soak windows reported');
+});

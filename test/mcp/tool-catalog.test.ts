@@ -1,0 +1,79 @@
+// The tool catalog learns outputSchema declarations from the upstream itself (SPEC §5.4), with a short cache.
+import t from 'tap';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { once } from 'node:events';
+import { ToolCatalog } from '../../src/mcp/tool-catalog.js';
+import { HttpUpstream } from '../../src/proxy/upstream-http.js';
+import { startPaidUpstream, type UpstreamMode } from '../helpers/paid-upstream.js';
+
+for (const mode of ['stateless-json', 'sessions-sse'] as UpstreamMode[]) {
+  t.test(`learns which tools declare an outputSchema from a ${mode} upstream`, async (t) => {
+    const paid = await startPaidUpstream(mode);
+    const upstream = new HttpUpstream(paid.url);
+    t.teardown(async () => {
+      await upstream.close();
+      await paid.close();
+    });
+    const catalog = new ToolCatalog(upstream, { upstreamHeaders: {} });
+    t.equal(await catalog.declaresOutputSchema('with_schema'), true);
+    t.equal(await catalog.declaresOutputSchema('fetch_readable'), false);
+    t.equal(await catalog.declaresOutputSchema('no_such_tool'), undefined);
+  });
+}
+
+t.test('the answer is cached for 30 s, then fetched again; concurrent askers share one fetch', async (t) => {
+  let lists = 0;
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c));
+    req.on('end', () => {
+      const message = body ? (JSON.parse(body) as { id?: string; method: string }) : { method: 'DELETE' };
+      if (message.id === undefined) return void res.writeHead(202).end();
+      if (message.method === 'tools/list') lists++;
+      const result = message.method === 'initialize' ? { protocolVersion: '2025-11-25', capabilities: {}, serverInfo: { name: 's', version: '1' } } : { tools: [{ name: 'a', inputSchema: { type: 'object' } }] };
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result }));
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const upstream = new HttpUpstream(`http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`);
+  t.teardown(async () => {
+    await upstream.close();
+    server.close();
+  });
+  let now = 1_000_000;
+  const catalog = new ToolCatalog(upstream, { upstreamHeaders: { 'x-key': 'k' }, now: () => now });
+  t.same(await Promise.all([catalog.declaresOutputSchema('a'), catalog.declaresOutputSchema('a'), catalog.declaresOutputSchema('b')]), [false, false, undefined]);
+  t.equal(lists, 1, 'one fetch for three concurrent askers');
+  now += 29_000;
+  await catalog.declaresOutputSchema('a');
+  t.equal(lists, 1, 'cached');
+  now += 2_000;
+  await catalog.declaresOutputSchema('a');
+  t.equal(lists, 2, 'refreshed after 30 s');
+});
+
+t.test('an unreachable upstream means unknown, retried after 5 s rather than on every call', async (t) => {
+  const dead = createServer();
+  dead.listen(0, '127.0.0.1');
+  await once(dead, 'listening');
+  const url = `http://127.0.0.1:${(dead.address() as AddressInfo).port}/mcp`;
+  dead.close();
+  await once(dead, 'close');
+  let attempts = 0;
+  const upstream = new HttpUpstream(url);
+  const counting = { ...upstream, kind: upstream.kind, probe: () => upstream.probe(), close: () => upstream.close(), send: (r: Parameters<HttpUpstream['send']>[0]) => (attempts++, upstream.send(r)) };
+  t.teardown(() => upstream.close());
+  let now = 5_000_000;
+  const catalog = new ToolCatalog(counting, { upstreamHeaders: {}, now: () => now });
+  t.equal(await catalog.declaresOutputSchema('with_schema'), undefined);
+  const afterFirst = attempts;
+  t.ok(afterFirst >= 1);
+  now += 1_000;
+  t.equal(await catalog.declaresOutputSchema('with_schema'), undefined);
+  t.equal(attempts, afterFirst, 'no new attempt within 5 s');
+  now += 5_000;
+  await catalog.declaresOutputSchema('with_schema');
+  t.ok(attempts > afterFirst, 'retried after 5 s');
+});

@@ -1,0 +1,123 @@
+// The dev checkout page in a real headless Chromium (SPEC §7.3, §15): the payer opens the challenge's
+// link, sees label, amount and credits, finds the controls by their accessible names, pays, and the
+// agent's retry then runs. The amount field drives underpayment: 0.40 of 5.00 → underpaid (new link),
+// 2.50 → pro rata 1 credit of 3 (partial).
+import t, { type Test } from 'tap';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
+import { startTestGateway, testConfig } from '../helpers/gateway.js';
+
+type Json = Record<string, any>;
+
+let browser: Browser;
+// One context for the file: contexts are the expensive part on a loaded machine; each test opens its own pages.
+let context: BrowserContext;
+let upstream: PaidUpstream;
+t.before(async () => {
+  upstream = await startPaidUpstream('stateless-json');
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  context = await browser.newContext();
+});
+t.teardown(async () => {
+  await browser?.close();
+  await upstream?.close();
+});
+
+async function agent(t: Test): Promise<{ call: (args: Json) => Promise<Json>; metrics: () => Promise<string> }> {
+  const gateway = await startTestGateway(t, testConfig(upstream.url));
+  const client = new Client({ name: 'browser-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+  t.teardown(() => client.close());
+  return {
+    call: async (args) => (await client.callTool({ name: 'fetch_readable', arguments: args })) as Json,
+    metrics: async () => (await gateway.gateway.app.inject({ method: 'GET', url: '/metrics' })).body,
+  };
+}
+
+const challengeOf = (result: Json): Json => result._meta['xyz.tollbooth/challenge'] as Json;
+
+async function openPage(t: Test, url: string): Promise<Page> {
+  const page = await context.newPage();
+  t.teardown(() => page.close());
+  const response = await page.goto(url);
+  t.equal(response?.status(), 200, 'the checkout page loads');
+  return page;
+}
+
+/** Pays on the page, optionally typing an amount first, and waits for the paid confirmation. */
+async function payOnPage(page: Page, received?: string): Promise<void> {
+  if (received !== undefined) await page.getByLabel(/Amount to send/).fill(received);
+  await Promise.all([page.waitForURL((url) => !url.pathname.endsWith('/pay')), page.getByRole('button', { name: /^Pay / }).click()]);
+  await page.getByRole('status').waitFor();
+}
+
+t.test('the payer sees label, amount and credits, pays with the labelled button, and the retry runs', async (t) => {
+  const { call } = await agent(t);
+  const challenge = challengeOf(await call({ url: 'https://example.com/browser' }));
+  const page = await openPage(t, challenge.checkoutUrl);
+
+  t.equal(await page.title(), 'Pay 5.00 USDC · Tollbooth checkout');
+  t.equal(await page.getByRole('heading', { level: 1 }).textContent(), 'Pay 5.00 USDC');
+  t.ok(await page.locator('#label').isVisible());
+  t.equal(await page.locator('#label').textContent(), 'Research tools');
+  t.equal(await page.locator('#amount').textContent(), '5.00 USDC');
+  t.equal(await page.locator('#credits').textContent(), '3');
+
+  // Accessibility: the amount input has a label, the button an accessible name, and both take focus.
+  const input = page.getByLabel(/Amount to send \(USDC\)/);
+  t.equal(await input.count(), 1, 'the input is labelled');
+  t.equal(await input.inputValue(), '5.00', 'prefilled with the full price');
+  const button = page.getByRole('button', { name: 'Pay 5.00 USDC' });
+  t.equal(await button.count(), 1, 'the button has an accessible name');
+  await page.keyboard.press('Tab');
+  t.equal(await page.evaluate(() => (globalThis as unknown as { document: { activeElement: { id: string } | null } }).document.activeElement?.id), 'received', 'the input is reachable by keyboard');
+  await page.keyboard.press('Tab');
+  t.equal(await page.evaluate(() => (globalThis as unknown as { document: { activeElement: { id: string } | null } }).document.activeElement?.id), 'pay', 'then the button');
+
+  await payOnPage(page);
+  t.match(await page.getByRole('status').textContent(), /Paid\./);
+  t.equal(await page.getByRole('button', { name: /^Pay / }).count(), 0, 'no Pay button on a paid link');
+
+  const retry = await call({ url: 'https://example.com/browser', tollboothToken: challenge.retry.value });
+  t.not(retry.isError, true, 'the agent retry succeeds');
+  t.same(retry._meta['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 });
+});
+
+t.test('underpaying 0.40 of 5.00 → underpaid with a new link; paying 2.50 there → 1 credit (partial)', async (t) => {
+  const { call, metrics } = await agent(t);
+  const first = challengeOf(await call({ url: 'u' }));
+  const token = first.retry.value;
+
+  const page = await openPage(t, first.checkoutUrl);
+  await payOnPage(page, '0.40');
+  const underpaid = challengeOf(await call({ url: 'u', tollboothToken: token }));
+  t.equal(underpaid.reason, 'underpaid');
+  t.not(underpaid.checkoutUrl, first.checkoutUrl, 'a NEW link');
+  t.equal(underpaid.retry.value, token, 'on the same handle');
+
+  const second = await openPage(t, underpaid.checkoutUrl);
+  await payOnPage(second, '2.50');
+  const partial = await call({ url: 'u', tollboothToken: token });
+  t.not(partial.isError, true);
+  t.same(partial._meta['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 0 }, 'floor(3 × 2.50 / 5.00) = 1 credit');
+  t.match(await metrics(), /tollbooth_settlements_total\{sku="research",result="partial"\} 1/);
+  const exhausted = challengeOf(await call({ url: 'u', tollboothToken: token }));
+  t.equal(exhausted.reason, 'credits_exhausted');
+});
+
+t.test('an unknown link id shows an accessible not-found page with no Pay button', async (t) => {
+  const { call } = await agent(t);
+  const challenge = challengeOf(await call({ url: 'u' }));
+  const page = await context.newPage();
+  t.teardown(() => page.close());
+  // A link id that never existed renders the not-found page; an accessible heading is still there.
+  const response = await page.goto(`${new URL(challenge.checkoutUrl).origin}/tollbooth/checkout/unknown-link`);
+  t.equal(response?.status(), 404);
+  t.equal(await page.getByRole('heading', { level: 1 }).textContent(), 'Checkout not found');
+  t.equal(await page.getByRole('button').count(), 0);
+});
