@@ -119,7 +119,7 @@ function launch(name: string, core: string, argv: string[], workDir: string, env
 }
 
 async function waitForHttp(url: string, child: Child, init: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<void> {
-  const deadline = Date.now() + 60_000; // generous: start-up on a loaded 2-core box takes seconds
+  const deadline = Date.now() + 120_000; // generous: start-up on a loaded 2-core box can take tens of seconds
   while (Date.now() < deadline) {
     if (child.proc.exitCode !== null) throw new Error(`${child.name} exited (${child.proc.exitCode}):\n${tail(child.logFile)}`);
     try {

@@ -32,7 +32,7 @@ const upstream = await startPaidUpstream('stateless-json');
 t.teardown(() => upstream.close());
 const keyPrefix = `tbadmin${randomBytes(3).toString('hex')}:`;
 const target = { url: redis.url };
-const config = redisGatewayConfig(upstream.url, target, keyPrefix);
+const config = redisGatewayConfig(upstream.url, target, keyPrefix, { logging: { level: 'info' } }); // info: the admin_grant audit line
 const configPath = writeConfig(t, config);
 const store = await connectStore(t, target, keyPrefix);
 

@@ -12,7 +12,7 @@ import { methodLabel } from '../observability/metrics.js';
 import type { Logger } from '../observability/logger.js';
 import type { Authorisation, Paywall, PricedCall } from '../paywall/decide.js';
 import type { ResultShape } from '../paywall/challenge.js';
-import { PricedExchange } from '../proxy/exchange.js';
+import { PricedExchange, type ExchangeOutcome } from '../proxy/exchange.js';
 import { forwardAndRelay, sendJson, toolsListHook } from '../proxy/forward.js';
 import { upstreamRequestHeaders, isEventStream, isJson } from '../proxy/headers.js';
 import { parseJsonOrUndefined, readCapped } from '../proxy/body.js';
@@ -141,9 +141,15 @@ async function handlePricedCall(
   // Forward: the deadline covers the whole call, upstream time included (SPEC §6.5).
   const { signal, reason } = deadlineSignal(res, startedAt + deps.callDeadlineMs - deps.now());
   const exchange = new PricedExchange(res, id, { maxResponseBytes: deps.maxResponseBytes });
-  const body = JSON.stringify({ ...call.request, params: authorisation.forwardParams });
-  const headers = upstreamRequestHeaders(request.headers, { upstreamHeaders: deps.upstreamHeaders }, true);
-  const outcome = await exchange.run(deps.upstream, { method: 'POST', path: request.url, headers, body, signal }, reason);
+  let outcome: ExchangeOutcome;
+  try {
+    const body = JSON.stringify({ ...call.request, params: authorisation.forwardParams });
+    const headers = upstreamRequestHeaders(request.headers, { upstreamHeaders: deps.upstreamHeaders }, true);
+    outcome = await exchange.run(deps.upstream, { method: 'POST', path: request.url, headers, body, signal }, reason);
+  } catch (error) {
+    // Nothing may leave a reservation held: an unexpected failure before the upstream answered releases it.
+    outcome = { kind: 'failed', accepted: false, error: error instanceof GatewayError ? error : new GatewayError('TB_ERR_UPSTREAM_UNAVAILABLE', 'the call could not be forwarded', { cause: error }) };
+  }
   deps.metrics.upstreamDuration.observe({ method: 'tools/call', outcome: outcome.kind }, (deps.now() - startedAt) / 1000);
   const final = await deps.paywall.conclude(priced, authorisation, outcome);
   if (final) await exchange.finish(final);

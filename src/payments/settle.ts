@@ -42,20 +42,14 @@ export class Settler {
    * @param bypassPollFloor webhooks re-read at once: their payload is a trigger, never evidence
    */
   async observe(charge: ChargeRecord, options: { bypassPollFloor?: boolean } = {}): Promise<Observation> {
-    const { store, provider, metrics, now } = this.#deps;
+    const { store, provider, now } = this.#deps;
     if (charge.status === 'settled' || charge.status === 'underpaid') return 'already_settled';
     if (!charge.providerRef) return 'skipped';
     const at = now();
     const floor = options.bypassPollFloor ? 0 : POLL_FLOOR_MS;
     if (!(await store.takePollSlot(charge.handleHash, charge.nonce, at, floor, this.nextPollAt(charge, at)))) return 'skipped';
-    let reading: ChargeReading;
-    try {
-      reading = await provider.readCharge(charge.providerRef);
-      metrics.providerRequests.inc({ op: 'read', status: 'ok' });
-    } catch (error) {
-      metrics.providerRequests.inc({ op: 'read', status: 'error' });
-      throw error;
-    }
+    // Provider requests are counted by the provider itself (tollbooth_provider_requests_total).
+    const reading: ChargeReading = await provider.readCharge(charge.providerRef);
     return this.apply(charge, reading);
   }
 

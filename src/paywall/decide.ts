@@ -232,13 +232,11 @@ export class Paywall {
         tool: priced.call.name,
         expiresAt: charge.expiresAt,
       });
-      metrics.providerRequests.inc({ op: 'open', status: 'ok' });
       const attached = await store.attachLink(handleHash, charge.nonce, link);
       if (!attached?.checkoutUrl) throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'the new charge vanished before its link was stored');
       metrics.chargesOpened.inc({ sku: price.sku });
       return attached;
     } catch (error) {
-      if (!(error instanceof GatewayError)) metrics.providerRequests.inc({ op: 'open', status: 'error' });
       await store.abortCharge(handleHash, charge.nonce).catch(() => undefined);
       throw error;
     }

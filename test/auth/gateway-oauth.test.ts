@@ -163,7 +163,7 @@ t.test('a kid that is in no key set is refused, and refetches are rate limited',
   t.equal((await post(gw, toolsList, await tokenFor('alice', {}, issuer, gw))).status, 200);
   const fetchesBefore = issuer.jwksFetches;
   for (let i = 0; i < 3; i++) {
-    const reply = await post(gw, toolsList, await tokenFor('mallory', { foreignKey: true, kid: `forged-${i}` }, issuer, gw));
+    const reply = await post(gw, toolsList, await tokenFor('mallory', { alg: 'ES256', foreignKey: true, kid: `forged-${i}` }, issuer, gw));
     t.equal(reply.status, 401, `forged kid ${i}`);
     t.match(reply.wwwAuthenticate, /^Bearer error="invalid_token", /);
   }

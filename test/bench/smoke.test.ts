@@ -10,7 +10,7 @@ import t from 'tap';
 const SCENARIOS = ['direct', 'bare-proxy', 'gateway-free', 'gateway-paid-memory', 'gateway-paid-redis', 'gateway-paid-oauth'];
 
 t.test('a short bench run writes a results JSON covering every scenario', async (t) => {
-  t.setTimeout(120_000); // ~15 s on an idle 2-core machine; process start-up dominates under load
+  t.setTimeout(180_000); // ~15 s on an idle 2-core machine; process start-up dominates under load
   const out = mkdtempSync(join(tmpdir(), 'tb-bench-smoke-'));
   t.teardown(() => rmSync(out, { recursive: true, force: true }));
   const args = ['--import', 'tsx', 'bench/run.ts', '--duration', '0.4', '--warmup', '0', '--connections', '4', '--sse-samples', '5', '--soak', '0.05', '--soak-rate', '50', '--no-pin', '--no-markdown', '--out', out];

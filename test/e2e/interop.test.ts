@@ -100,6 +100,9 @@ async function connect(kind: ClientKind, target: Target, asked: string[]): Promi
 
 /** Runs the scenario; results are kept whole (a pass-through gateway must not change a byte of meaning). */
 async function run(kind: ClientKind, target: Target, scenario: Scenario): Promise<Outcome> {
+  const T0 = Date.now(); try { return await run0(kind, target, scenario); } finally { console.error('TIMING', kind, JSON.stringify(target).slice(0, 60), Date.now() - T0); }
+}
+async function run0(kind: ClientKind, target: Target, scenario: Scenario): Promise<Outcome> {
   const asked: string[] = [];
   let client: AnyClient;
   try {
@@ -154,6 +157,7 @@ async function checkUpstream(
   expectDirect: Partial<Record<ClientKind, boolean>>,
 ): Promise<void> {
   const upstreamConfig = 'url' in gatewayUpstream ? { url: gatewayUpstream.url } : { command: gatewayUpstream.command };
+  console.error('TIMING start', name, Date.now());
   const gateway = await startTestGateway(t, { ...testConfig('http://127.0.0.1:9/mcp', { tools: {} }), upstream: upstreamConfig });
   const row: Row = { upstream: name, cells: [] };
   matrix.push(row);

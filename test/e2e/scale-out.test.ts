@@ -30,7 +30,7 @@ async function spendAcrossReplicas(t: Test, target: RedisTarget, label: string):
   t.teardown(() => upstream.close());
   const keyPrefix = `tbscale${randomBytes(3).toString('hex')}:`;
   const config = redisGatewayConfig(upstream.url, target, keyPrefix, {
-    upstream: { url: upstream.url, callDeadline: '2s' },
+    upstream: { url: upstream.url, callDeadline: '5s' },
     payments: { provider: 'dev', reconcile: { interval: '1s' } },
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: CREDITS } },
   });
@@ -80,16 +80,17 @@ async function spendAcrossReplicas(t: Test, target: RedisTarget, label: string):
   );
 
   t.same(
-    Object.keys(counts).filter((kind) => !['paid', 'challenged:credits_exhausted', 'refused:payments_unavailable', 'ok'].includes(kind)),
+    Object.keys(counts).filter((kind) => !['paid', 'challenged:credits_exhausted', 'refused:payments_unavailable', 'refused:deadline_exceeded', 'ok'].includes(kind)),
     [],
-    'every burst call was paid, challenged for exhausted credits, or refused payments_unavailable',
+    'every burst call was paid, challenged for exhausted credits, or refused (store budget, call deadline)',
   );
-  t.ok(burstUpstream <= CREDITS - 1, `the burst never overspent (${burstUpstream} upstream calls for ${CREDITS - 1} credits)`);
+  const burstUncharged = (counts.ok ?? 0) + (counts['refused:deadline_exceeded'] ?? 0);
+  t.ok(burstUpstream <= CREDITS - 1 + burstUncharged, `the burst never overspent (${burstUpstream} upstream calls for ${CREDITS - 1} credits, ${burstUncharged} uncharged)`);
   t.match(mopUp.at(-1), { kind: 'challenged', reason: 'credits_exhausted' }, 'spending ends with a credits_exhausted challenge');
-  // A paid call whose commit failed after the upstream answered is relayed without a receipt and not
-  // charged (SPEC §6.5): the only way the upstream can see more calls than credits. Normally zero.
-  const freeRides = (counts.ok ?? 0) + (tally(mopUp).ok ?? 0);
-  t.ok(upstreamCalls >= CREDITS && upstreamCalls <= CREDITS + freeRides, `exactly the funded credits reached the upstream (${upstreamCalls}, free rides ${freeRides})`);
+  // Calls that reach the upstream uncharged (SPEC §6.5): answered while the commit failed (relayed
+  // without a receipt), or stopped at the call deadline and released. Both need a saturated machine.
+  const freeRides = [counts, tally(mopUp)].reduce((total, c) => total + (c.ok ?? 0) + (c['refused:deadline_exceeded'] ?? 0), 0);
+  t.ok(upstreamCalls >= CREDITS && upstreamCalls <= CREDITS + freeRides, `exactly the funded credits reached the upstream (${upstreamCalls}, uncharged ${freeRides})`);
   t.equal(await balanceOf(store, handle), 0, 'the final balance is 0');
   t.equal(sum('tollbooth_settlements_total', { result: 'granted' }), 1, 'one settlement over the three replicas');
 }

@@ -1,7 +1,7 @@
 // The built CLI as an operator runs it (`node dist/cli.js start --config FILE`): the first log line
 // states the effective config with every secret masked, the dev provider announces itself with a
 // warning, and SIGTERM drains and exits 0.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -31,8 +31,22 @@ function newestMtime(dir: string): number {
 
 // `npm test` builds first (pretest); a direct `npx tap` of this file builds only when dist is stale.
 if (!existsSync(cli) || statSync(cli).mtimeMs < newestMtime(join(repo, 'src'))) {
-  const build = spawnSync('npm', ['run', 'build'], { cwd: repo, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
-  if (build.status !== 0) t.comment(`npm run build exited ${build.status}: ${(build.stdout + build.stderr).slice(-1000)}`);
+  t.setTimeout(300_000); // a full tsc build on a busy 2-core machine can take a minute or more
+  const build = spawn('npm', ['run', 'build'], { cwd: repo, env: { ...process.env, NODE_OPTIONS: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  build.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  build.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const [code] = (await once(build, 'exit')) as [number | null];
+  if (code !== 0) t.comment(`npm run build exited ${code}: ${output.slice(-1000)}`);
+}
+
+/** A log line as an object; anything not JSON (it should never happen) kept as `{ raw }` so a test can fail on it. */
+function parseLine(line: string): Record<string, unknown> {
+  try {
+    return JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return { raw: line };
+  }
 }
 
 interface Started {
@@ -70,7 +84,7 @@ async function startCli(t: Test, provider: 'dev' | 'moove'): Promise<Started> {
     out += chunk.toString('utf8');
     const complete = out.split('\n');
     lines.length = 0;
-    for (const line of complete.slice(0, -1)) if (line.trim()) lines.push(JSON.parse(line) as Record<string, unknown>);
+    for (const line of complete.slice(0, -1)) if (line.trim()) lines.push(parseLine(line));
   });
   child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString('utf8')));
   const deadline = Date.now() + 15_000;
@@ -96,6 +110,7 @@ t.test('the start line carries the effective config with every secret masked as 
     },
   }, 'defaults applied, secrets masked');
   for (const secret of SECRETS) t.notOk(dev.stdout().includes(secret), `${secret.split('-marker')[0]} never appears in the output`);
+  t.notOk(dev.lines.some((line) => 'raw' in line), 'every stdout line is JSON');
 });
 
 t.test('the dev provider logs a warning that no real money moves', async (t) => {

@@ -263,6 +263,8 @@ t.test('step 6: a cost larger than the balance challenges without spending', asy
   t.equal(await balance(r, handle), 3);
 });
 
+// Regression: when the retry itself discovered the underpayment (no webhook/dev callback first), the
+// challenge said payment_required and re-showed the underpaid link.
 t.test('§7.4: an underpaid charge makes the next challenge say underpaid with a new link', async (t) => {
   const r = rig();
   const first = challengeOf(await r.call());

@@ -124,7 +124,7 @@ t.test('OAuth: the paid flow and refused tokens leak no bearer token', async (t)
   const refused = [
     await issuer.mint({ sub: 'alice', aud: publicUrl, now: Math.floor(Date.now() / 1000) - 600 }),
     await issuer.mint({ sub: 'alice', aud: 'https://elsewhere.example/' }),
-    await issuer.mint({ sub: 'alice', aud: publicUrl, foreignKey: true }),
+    await issuer.mint({ sub: 'alice', aud: publicUrl, alg: 'ES256', foreignKey: true }),
     issuer.mintUnsigned({ sub: 'alice', aud: publicUrl }),
     `${token.slice(0, -4)}AAAA`,
   ];
