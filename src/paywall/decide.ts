@@ -99,14 +99,14 @@ export class Paywall {
       // outcome is final for that link: the challenge says so and opens a new one (§7.4).
       if (decision.kind === 'insufficient' && decision.pending?.status === 'pending') {
         const observation = await this.#deps.settler.observe(decision.pending);
-        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId);
+        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId, false);
         else if (observation === 'underpaid') decision = { ...decision, pending: null, lastCharge: { ...decision.pending, status: 'underpaid' } };
       }
       // A payment that lands after its charge was abandoned is still money received (§7.5). Without
       // webhooks this retry is the only poll that can see it (at most one read per 2 s, as above).
       if (decision.kind === 'insufficient' && decision.lastCharge?.status === 'abandoned') {
         const observation = await this.#deps.settler.observe(decision.lastCharge);
-        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId);
+        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId, false);
         else if (observation === 'underpaid') decision = { ...decision, lastCharge: { ...decision.lastCharge, status: 'underpaid' } };
       }
       if (decision.kind === 'reserved') {
@@ -164,7 +164,8 @@ export class Paywall {
     this.#logCall(priced, answer.outcome, answer.facts, 0);
   }
 
-  async #reserve(priced: PricedCall, handleHash: string, reservationId: string): Promise<SpendDecision> {
+  /** @param takeToken false for the second reserve of a call that just settled a charge (one call, one token) */
+  async #reserve(priced: PricedCall, handleHash: string, reservationId: string, takeToken = true): Promise<SpendDecision> {
     const { settings, store, now } = this.#deps;
     return store.reserve({
       handleHash,
@@ -174,7 +175,7 @@ export class Paywall {
       reservationId,
       reservationDeadline: now() + settings.callDeadlineMs + 5_000,
       ttlMs: settings.handleTtlMs,
-      bucket: settings.perHandle,
+      bucket: takeToken ? settings.perHandle : null,
     });
   }
 

@@ -142,9 +142,11 @@ export class MemoryStore implements Store {
     if (handle.principal !== null && handle.principal !== request.principal) return { kind: 'bound_to_other_principal' };
 
     // The token is taken whatever the balance: rate limiting is decided before any credit moves.
-    handle.bucket ??= newBucket(request.bucket.burst, now);
-    const retryAfterMs = takeToken(handle.bucket, request.bucket, now);
-    if (retryAfterMs > 0) return { kind: 'rate_limited', retryAfterMs };
+    if (request.bucket) {
+      handle.bucket ??= newBucket(request.bucket.burst, now);
+      const retryAfterMs = takeToken(handle.bucket, request.bucket, now);
+      if (retryAfterMs > 0) return { kind: 'rate_limited', retryAfterMs };
+    }
 
     const balance = handle.balances.get(request.sku) ?? 0;
     if (balance < request.cost) {

@@ -112,7 +112,8 @@ export class RedisStore implements Store {
     const k = this.keys.handle(request.handleHash);
     const member = indexMember(request.handleHash, request.reservationId);
     const now = this.now();
-    const { ratePerSecond, burst } = request.bucket;
+    const ratePerSecond = request.bucket?.ratePerSecond ?? '';
+    const burst = request.bucket?.burst ?? '';
     const args = [...principalArgs(request.principal), request.sku, request.cost, request.reservationId, request.reservationDeadline, request.ttlMs, ratePerSecond, burst, member, now];
     const reply = await this.call('reserve', async () => {
       if (!this.clustered) return this.run('tbReserve', [k.handle, k.reservations, k.charges, this.keys.reservationIndex], args);

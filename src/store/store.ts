@@ -50,7 +50,8 @@ export interface SpendRequest {
   reservationId: string;
   reservationDeadline: number; // epoch ms after which the reconciler may release it (callDeadline + 5 s)
   ttlMs: number; // handle slide
-  bucket: { ratePerSecond: number; burst: number };
+  /** The handle's token bucket; null takes no token (the second reserve of a call that just settled a charge). */
+  bucket: { ratePerSecond: number; burst: number } | null;
 }
 
 /** The answer of `reserve`: the first of §6.2 steps 3–6 that decided the call. */

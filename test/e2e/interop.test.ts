@@ -16,8 +16,9 @@ import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-const CLIENTS = ['sdk-v1', 'v2@2025-03-26', 'v2@2025-06-18', 'v2@2025-11-25', 'v2@pin-2026-07-28', 'v2@auto'] as const;
-type ClientKind = (typeof CLIENTS)[number];
+const ALL = ['sdk-v1', 'v2@2025-03-26', 'v2@2025-06-18', 'v2@2025-11-25', 'v2@pin-2026-07-28', 'v2@auto'] as const;
+const CLIENTS = process.env.ONLY ? ALL.filter((k) => process.env.ONLY!.split(',').includes(k)) : ALL;
+type ClientKind = (typeof ALL)[number];
 type Target = { http: string } | { stdio: readonly string[] };
 
 interface Scenario {

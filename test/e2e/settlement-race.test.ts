@@ -1,6 +1,6 @@
 // Settlement exactly once across processes (SPEC §7.5): one completed Moove charge observed by 50
-// concurrent observers — agent retries and signed webhooks spread over three gateway processes, and
-// a reconciler pass — grants the pack exactly once.
+// concurrent observers — agent retries and signed webhooks spread over three gateway processes, a
+// reconciler pass, and observers in this process that claim on a stale record — grants the pack once.
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
@@ -17,9 +17,10 @@ import { startRedis } from '../helpers/redis-server.js';
 
 const PACK = 20;
 const REPLICAS = 3;
-const RETRIES = 24;
-const WEBHOOKS = 24;
+const RETRIES = 20;
+const WEBHOOKS = 20;
 const RECONCILER_PASSES = 2;
+const STALE_OBSERVERS = 8; // observers holding the charge as read before payment: each reads the link and claims
 const WEBHOOK_SECRET = 'race-webhook-secret';
 
 t.test('50 concurrent observers of one completed charge across 3 processes grant it exactly once', async (t) => {
@@ -80,7 +81,7 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
   const agent = new Agent({ connections: 16 });
   t.teardown(() => agent.close());
   const started = performance.now();
-  const [retries, webhooks, passes] = await Promise.all([
+  const [retries, webhooks, passes, stale] = await Promise.all([
     Promise.all(Array.from({ length: RETRIES }, (_, i) => callTool(gateways[i % REPLICAS]!.url, 'failing', { tollboothToken: challenge.handle }, agent))),
     Promise.all(
       Array.from({ length: WEBHOOKS }, (_, i) =>
@@ -91,20 +92,12 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
       ),
     ),
     Promise.all(Array.from({ length: RECONCILER_PASSES }, () => reconciler.tick())),
+    Promise.all(Array.from({ length: STALE_OBSERVERS }, () => settler.observe(charge, { bypassPollFloor: true }))),
   ]);
   const raceMs = Math.round(performance.now() - started);
 
-  // Webhooks are acknowledged first and settled after: wait until every replica has re-read the link.
-  const readsOf = async (): Promise<number> => {
-    const expositions = await Promise.all(gateways.map((gateway) => scrape(gateway.origin)));
-    return expositions.reduce((total, text) => total + sumCounter(text, 'tollbooth_provider_requests_total', { op: 'read' }), 0);
-  };
-  const settleDeadline = Date.now() + 10_000;
-  let gatewayReads = await readsOf();
-  while (gatewayReads < WEBHOOKS && Date.now() < settleDeadline) {
-    await sleep(100);
-    gatewayReads = await readsOf();
-  }
+  // Webhooks are acknowledged first and settled after (a re-read of the link): give those a moment.
+  await sleep(1_500);
 
   const expositions = await Promise.all(gateways.map((gateway) => scrape(gateway.origin)));
   const ownMetrics = await metrics.registry.metrics();
@@ -114,12 +107,12 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
   const moovereads = moove.calls.filter((call) => call.method === 'GET').length;
   t.comment(
     `${RETRIES} retries ${JSON.stringify(tally(retries))}, ${WEBHOOKS} webhooks (statuses ${[...new Set(webhooks.map((w) => w.status))].join(',')}), ` +
-      `${RECONCILER_PASSES} reconciler passes ${JSON.stringify(passes)} in ${raceMs} ms; ${moovereads} provider reads reached Moove ` +
-      `(each a claim attempt on a completed link); grants per process (3 gateways, test reconciler) ${grantsPerProcess.join('/')}`,
+      `${RECONCILER_PASSES} reconciler passes ${JSON.stringify(passes)}, ${STALE_OBSERVERS} stale-record observers ${JSON.stringify(stale)} in ${raceMs} ms; ${moovereads} provider reads reached Moove ` +
+      `(each followed by a claim attempt; later observers saw the charge settled and stopped before reading); grants per process (3 gateways, test reconciler) ${grantsPerProcess.join('/')}`,
   );
 
   t.ok(webhooks.every((delivery) => delivery.status >= 200 && delivery.status < 300), 'every webhook was acknowledged');
-  t.ok(moovereads >= WEBHOOKS, `at least every webhook re-read the link (${moovereads} reads)`);
+  t.ok(moovereads >= STALE_OBSERVERS, `at least ${STALE_OBSERVERS} observers read the completed link and claimed (${moovereads} reads)`);
   t.equal(sum('tollbooth_settlements_total', {}), 1, 'exactly one settlement over every observer');
   t.equal(sum('tollbooth_settlements_total', { result: 'granted' }), 1, 'and it is a full grant');
   t.equal(sum('tollbooth_credits_total', { kind: 'granted' }), PACK, 'the pack was granted once');

@@ -253,6 +253,15 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.match(await f.spend(handleHash, { bucket }), { kind: 'rate_limited' });
   });
 
+  behaviour('a reserve without a bucket takes no token (the retry that just settled its charge)', async (f, t) => {
+    const handleHash = await f.handle({ credits: 3 });
+    const bucket = { ratePerSecond: 0.001, burst: 1 };
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved' });
+    t.match(await f.spend(handleHash, { bucket: null }), { kind: 'reserved' }, 'no token needed');
+    t.match(await f.spend(handleHash, { bucket }), { kind: 'rate_limited' }, 'the bucket is still empty');
+    t.equal(await f.balance(handleHash), 1);
+  });
+
   behaviour('retryAfterMs is the time until the next whole token', async (f, t) => {
     const handleHash = await f.handle({ credits: 5 });
     const bucket = { ratePerSecond: 1, burst: 1 };

@@ -30,8 +30,11 @@ local owner = redis.call('HGET', h, 'p')
 if owner and (ARGV[1] ~= '1' or owner ~= ARGV[2]) then return {'bound_to_other_principal'} end
 
 -- The token is taken whatever the balance: rate limiting is decided before any credit moves.
-local wait = take_token(h, 'bt', 'ba', tonumber(ARGV[8]), tonumber(ARGV[9]), redis_now())
-if wait > 0 then return {'rate_limited', wait} end
+-- An empty rate means "no token": the retry that just settled this handle's charge already took one.
+if ARGV[8] ~= '' then
+  local wait = take_token(h, 'bt', 'ba', tonumber(ARGV[8]), tonumber(ARGV[9]), redis_now())
+  if wait > 0 then return {'rate_limited', wait} end
+end
 
 local sku = ARGV[3]
 local cost = tonumber(ARGV[4])
