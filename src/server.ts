@@ -1,6 +1,7 @@
 // buildGateway(config, deps): the fastify instance with every concern attached in hook order.
 // No listen() here: start.ts listens, tests build as many gateways as they like in one process.
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { GatewayConfig } from './config/schema.js';
 import { GatewayError } from './errors.js';
@@ -104,6 +105,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
   }
 
   const openStreams = new Set<ServerResponse>();
+  closeUnusedConnectionsOnClose(app);
   registerMcpRoute(app, {
     mcpPath: config.server.mcpPath,
     upstream: deps.upstream,
@@ -131,6 +133,25 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
       for (const res of openStreams) res.end();
     },
   };
+}
+
+/**
+ * A connection that never sent a request (a client's or a browser's pre-connected socket) is not a call in
+ * flight, but Node's closeIdleConnections() leaves it open, so draining would wait for it until the call
+ * deadline. Such sockets are destroyed when the gateway starts closing; sockets that carried a request are
+ * left to fastify's idle-connection handling, so calls in flight still finish.
+ */
+function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
+  const unused = new Set<Socket>();
+  app.server.on('connection', (socket: Socket) => {
+    unused.add(socket);
+    socket.once('close', () => unused.delete(socket));
+  });
+  app.server.on('request', (request: IncomingMessage) => unused.delete(request.socket));
+  app.addHook('preClose', async () => {
+    for (const socket of unused) socket.destroy();
+    unused.clear();
+  });
 }
 
 /** A request may name several tools (a batch): every tool's scopes are needed. */

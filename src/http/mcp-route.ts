@@ -132,7 +132,7 @@ async function handlePricedCall(
   startedAt: number,
 ): Promise<number> {
   const id = call.request.id ?? null;
-  const priced = await pricedCall(request, deps, classified.era, call, principal, startedAt);
+  const priced = pricedCall(request, deps, classified.era, call, principal, startedAt);
   const authorisation = await deps.paywall.authorise(priced);
   if (authorisation.kind === 'answer') {
     deps.paywall.recordAnswer(priced, authorisation);
@@ -174,7 +174,7 @@ async function handleBatchWithPricedCalls(request: FastifyRequest, res: ServerRe
       forwarded.push(message);
       continue;
     }
-    const priced = await pricedCall(request, deps, 'legacy', call, principal, startedAt);
+    const priced = pricedCall(request, deps, 'legacy', call, principal, startedAt);
     const authorisation = await deps.paywall.authorise(priced);
     if (authorisation.kind === 'answer') {
       deps.paywall.recordAnswer(priced, authorisation);
@@ -253,12 +253,14 @@ async function forwardBatch(request: FastifyRequest, deps: McpRouteDeps, entries
   return replies;
 }
 
-async function pricedCall(request: FastifyRequest, deps: McpRouteDeps, era: Era, call: ToolCall, principal: string | null, startedAt: number): Promise<PricedCall> {
+function pricedCall(request: FastifyRequest, deps: McpRouteDeps, era: Era, call: ToolCall, principal: string | null, startedAt: number): PricedCall {
   const price = deps.pricing.priceOf(call.name) as PriceTag;
   // structuredContent only for a tool known to declare no outputSchema (unknown → omitted).
-  const declares = await deps.catalog.declaresOutputSchema(call.name).catch(() => undefined);
-  const shape: ResultShape = { era, structuredContentAllowed: declares === false };
-  return { call, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, shape, startedAt, reqId: request.id };
+  const resultShape = async (): Promise<ResultShape> => {
+    const declares = await deps.catalog.declaresOutputSchema(call.name).catch(() => undefined);
+    return { era, structuredContentAllowed: declares === false };
+  };
+  return { call, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id };
 }
 
 async function handleGetOrDelete(request: FastifyRequest, reply: FastifyReply, deps: McpRouteDeps, method: 'GET' | 'DELETE'): Promise<void> {

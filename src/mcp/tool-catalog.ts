@@ -32,7 +32,8 @@ export class ToolCatalog {
       this.#inflight ??= this.#refresh().finally(() => {
         this.#inflight = null;
       });
-      await this.#inflight;
+      // Stale while revalidating: only a catalog that never loaded makes the caller wait.
+      if (!this.#outputSchemas) await this.#inflight;
     }
     return this.#outputSchemas?.get(tool);
   }

@@ -44,7 +44,12 @@ export interface PricedCall {
   principal: string | null;
   /** Principal if any, else the client address: the key of the challenge throttle. */
   clientKey: string;
-  shape: ResultShape;
+  /**
+   * How the gateway's own results look for this call. Asked only when the gateway answers itself
+   * (it may list the upstream's tools to learn whether this tool declares an outputSchema), so an
+   * authorised call never waits for it. Never rejects.
+   */
+  resultShape: () => Promise<ResultShape>;
   startedAt: number;
   /** The HTTP request's id, carried on this call's log lines. */
   reqId?: string;
@@ -153,9 +158,9 @@ export class Paywall {
         return null; // relayed as it came
       case 'aborted':
         if (outcome.reason === 'client_gone') return null;
-        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', priced.shape, keep ? { text: 'The tool did not finish in time and was stopped. You may retry.' } : {}) };
+        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape(), keep ? { text: 'The tool did not finish in time and was stopped. You may retry.' } : {}) };
       case 'failed':
-        return { jsonrpc: '2.0', id, result: refusalResult('upstream_unavailable', priced.shape) };
+        return { jsonrpc: '2.0', id, result: refusalResult('upstream_unavailable', await priced.resultShape()) };
     }
   }
 
@@ -202,7 +207,7 @@ export class Paywall {
     const charge = pending?.status === 'pending' && pending.checkoutUrl && pending.expiresAt > this.#deps.now() + 60_000 ? pending : await this.#chargeFor(priced, handleHash);
     const result = challengeResult(
       { reason, tool: priced.call.name, price: priced.price, checkoutUrl: charge.checkoutUrl as string, expiresAt: charge.expiresAt, handle, argumentName: this.#deps.settings.argumentName },
-      priced.shape,
+      await priced.resultShape(),
     );
     return { kind: 'answer', result, outcome: 'challenged', facts };
   }
@@ -255,8 +260,8 @@ export class Paywall {
     return current;
   }
 
-  #refuse(priced: PricedCall, reason: RefusalReason, outcome: PaidOutcome, facts: CallFacts, options: { retryAfterSeconds?: number } = {}): Authorisation {
-    return { kind: 'answer', result: refusalResult(reason, priced.shape, options), outcome, facts };
+  async #refuse(priced: PricedCall, reason: RefusalReason, outcome: PaidOutcome, facts: CallFacts, options: { retryAfterSeconds?: number } = {}): Promise<Authorisation> {
+    return { kind: 'answer', result: refusalResult(reason, await priced.resultShape(), options), outcome, facts };
   }
 
   #countFailure(priced: PricedCall, error: unknown, op = 'authorise'): void {

@@ -16,9 +16,8 @@ import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
-const ALL = ['sdk-v1', 'v2@2025-03-26', 'v2@2025-06-18', 'v2@2025-11-25', 'v2@pin-2026-07-28', 'v2@auto'] as const;
-const CLIENTS = process.env.ONLY ? ALL.filter((k) => process.env.ONLY!.split(',').includes(k)) : ALL;
-type ClientKind = (typeof ALL)[number];
+const CLIENTS = ['sdk-v1', 'v2@2025-03-26', 'v2@2025-06-18', 'v2@2025-11-25', 'v2@pin-2026-07-28', 'v2@auto'] as const;
+type ClientKind = (typeof CLIENTS)[number];
 type Target = { http: string } | { stdio: readonly string[] };
 
 interface Scenario {
@@ -101,9 +100,6 @@ async function connect(kind: ClientKind, target: Target, asked: string[]): Promi
 
 /** Runs the scenario; results are kept whole (a pass-through gateway must not change a byte of meaning). */
 async function run(kind: ClientKind, target: Target, scenario: Scenario): Promise<Outcome> {
-  const T0 = Date.now(); try { return await run0(kind, target, scenario); } finally { console.error('TIMING', kind, JSON.stringify(target).slice(0, 60), Date.now() - T0); }
-}
-async function run0(kind: ClientKind, target: Target, scenario: Scenario): Promise<Outcome> {
   const asked: string[] = [];
   let client: AnyClient;
   try {
@@ -158,7 +154,6 @@ async function checkUpstream(
   expectDirect: Partial<Record<ClientKind, boolean>>,
 ): Promise<void> {
   const upstreamConfig = 'url' in gatewayUpstream ? { url: gatewayUpstream.url } : { command: gatewayUpstream.command };
-  console.error('TIMING start', name, Date.now());
   const gateway = await startTestGateway(t, { ...testConfig('http://127.0.0.1:9/mcp', { tools: {} }), upstream: upstreamConfig });
   const row: Row = { upstream: name, cells: [] };
   matrix.push(row);

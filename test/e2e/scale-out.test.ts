@@ -46,6 +46,10 @@ async function spendAcrossReplicas(t: Test, target: RedisTarget, label: string):
   t.equal(await payDevCheckout(challenge.checkoutUrl, second.origin), 303, 'paid through the second replica');
   t.match(await callTool(third.url, 'fetch_readable', { url: 'https://example.com/', tollboothToken: handle }), { kind: 'paid', remaining: CREDITS - 1 }, 'the retry on the third replica spends the first credit');
 
+  // Each replica learns the upstream's tool declarations on its first priced call (SPEC §5.4); the
+  // second has only served the checkout so far. Warm it, so all three race for the credits from the start.
+  t.match(await callTool(second.url, 'fetch_readable', { url: 'https://example.com/' }), { kind: 'challenged' }, 'a call without a token on the second replica is challenged');
+
   const agent = new Agent({ connections: CONNECTIONS_PER_REPLICA });
   t.teardown(() => agent.close());
   const started = performance.now();

@@ -90,7 +90,7 @@ function rig(options: { perHandle?: { ratePerSecond: number; burst: number }; ch
         price: { ...price, cost: o.cost ?? 1 },
         principal: o.principal ?? null,
         clientKey: o.clientKey ?? (o.principal ? `p:${o.principal}` : 'ip:127.0.0.1'),
-        shape: { era: 'legacy', structuredContentAllowed: false },
+        resultShape: async () => ({ era: 'legacy', structuredContentAllowed: false }),
         startedAt: clock.now,
       };
       return paywall.authorise(priced);
@@ -190,8 +190,8 @@ t.test('step 4: the bound principal itself is served', async (t) => {
 });
 
 t.test('step 5: rate_limited is decided before any credit moves', async (t) => {
-  // The funding retry reserves twice (short, settle, reserve again) and so takes two tokens: one is left.
-  const r = rig({ perHandle: { ratePerSecond: 1, burst: 3 } });
+  // The funding retry reserves twice (short, settle, reserve again) but takes one token: one is left.
+  const r = rig({ perHandle: { ratePerSecond: 1, burst: 2 } });
   const handle = await funded(r);
   t.equal(await balance(r, handle), 3);
   const first = await r.call({ tollboothToken: handle });
