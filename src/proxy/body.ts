@@ -1,4 +1,5 @@
 // Reads an upstream body the gateway has to parse, never past upstream.maxResponseBytes.
+import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { GatewayError } from '../errors.js';
 
@@ -29,4 +30,34 @@ export function parseJsonOrUndefined(text: string): unknown {
 export function discard(body: Readable): void {
   body.on('error', () => undefined);
   body.destroy();
+}
+
+/**
+ * Relays an upstream body to the client with stream.pipeline()'s guarantees (a body that breaks off
+ * cuts the client's reply; a client that leaves destroys the upstream body) but without the
+ * AbortController, and the DOMException its abort() builds, that pipeline() creates for every call:
+ * about a tenth of the free path's CPU (bench/RESULTS.md, optimisation log). Resolves once the
+ * reply is closed; never rejects.
+ */
+export function relayBody(body: Readable, res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    if (res.destroyed) {
+      discard(body);
+      return resolve();
+    }
+    const onError = (): void => {
+      res.off('close', onClose);
+      discard(body);
+      res.destroy();
+      resolve();
+    };
+    const onClose = (): void => {
+      body.off('error', onError);
+      if (!body.readableEnded) discard(body);
+      resolve();
+    };
+    body.once('error', onError);
+    res.once('close', onClose);
+    body.pipe(res);
+  });
 }

@@ -7,7 +7,7 @@ import { GatewayError } from '../errors.js';
 import { errorResponse, type JsonRpcId } from '../mcp/jsonrpc.js';
 import { rewriteSse, type SseHook } from '../mcp/sse.js';
 import { looksLikeToolsListResponse, rewriteToolsListResult, type ToolPricing } from '../mcp/tools-list.js';
-import { discard, parseJsonOrUndefined, readCapped } from './body.js';
+import { discard, parseJsonOrUndefined, readCapped, relayBody } from './body.js';
 import { clientResponseHeaders, isEventStream, isJson } from './headers.js';
 import type { Upstream, UpstreamRequest, UpstreamResponse } from './upstream.js';
 
@@ -39,7 +39,7 @@ export async function forwardAndRelay(upstream: Upstream, request: UpstreamReque
   }
   res.writeHead(response.status, clientResponseHeaders(response.headers, false));
   if (isEventStream(contentType)) res.flushHeaders();
-  await pipeline(response.body, res).catch(() => discard(response.body));
+  await relayBody(response.body, res);
   return response.status;
 }
 

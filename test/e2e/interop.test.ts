@@ -65,8 +65,9 @@ async function connect(kind: ClientKind, target: Target, asked: string[]): Promi
       : new V1StdioTransport({ command: target.stdio[0] as string, args: target.stdio.slice(1), env: childEnv() as Record<string, string>, stderr: 'ignore' });
     // The v1 client tells its transport the negotiated revision; the stdio transport just has nowhere to keep it.
     let negotiated: string | undefined;
-    const original = transport.setProtocolVersion?.bind(transport);
-    transport.setProtocolVersion = (version: string) => {
+    const settable = transport as { setProtocolVersion?: (version: string) => void };
+    const original = settable.setProtocolVersion?.bind(transport);
+    settable.setProtocolVersion = (version: string) => {
       negotiated = version;
       original?.(version);
     };
