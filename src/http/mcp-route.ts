@@ -18,6 +18,7 @@ import { upstreamRequestHeaders, isEventStream, isJson } from '../proxy/headers.
 import { parseJsonOrUndefined, readCapped } from '../proxy/body.js';
 import { rewriteSse } from '../mcp/sse.js';
 import type { Upstream } from '../proxy/upstream.js';
+import { DeadlineQueue } from './deadlines.js';
 
 export interface Authenticator {
   authenticate(authorization: string | undefined, needs: { tools: string[] }): Promise<
@@ -42,6 +43,9 @@ export interface McpRouteDeps {
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
   openStreams: Set<ServerResponse>;
 }
+
+/** Priced-call deadlines, one timer for all calls (deadlines.ts). */
+const deadlines = new DeadlineQueue();
 
 export function registerMcpRoute(app: FastifyInstance, deps: McpRouteDeps): void {
   app.post(deps.mcpPath, (request, reply) => handlePost(request, reply, deps));
@@ -299,10 +303,19 @@ function abortOnClientGone(res: ServerResponse): AbortSignal {
   return controller.signal;
 }
 
+/** One signal for the call: aborted when the deadline passes or the client goes away, whichever comes first. */
 function deadlineSignal(res: ServerResponse, remainingMs: number): { signal: AbortSignal; reason: () => 'deadline' | 'client_gone' } {
-  const clientGone = abortOnClientGone(res);
-  const deadline = AbortSignal.timeout(Math.max(1, remainingMs));
-  return { signal: AbortSignal.any([clientGone, deadline]), reason: () => (deadline.aborted ? 'deadline' : 'client_gone') };
+  const controller = new AbortController();
+  let expired = false;
+  const cancel = deadlines.add(Math.max(1, remainingMs), () => {
+    expired = true;
+    controller.abort();
+  });
+  res.once('close', () => {
+    cancel();
+    if (!res.writableFinished) controller.abort();
+  });
+  return { signal: controller.signal, reason: () => (expired ? 'deadline' : 'client_gone') };
 }
 
 function sendError(res: ServerResponse, error: unknown, rawBody: unknown): number {

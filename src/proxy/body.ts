@@ -53,11 +53,14 @@ export function relayBody(body: Readable, res: ServerResponse): Promise<void> {
     };
     const onClose = (): void => {
       body.off('error', onError);
+      res.off('error', onClose);
       if (!body.readableEnded) discard(body);
       resolve();
     };
     body.once('error', onError);
     res.once('close', onClose);
+    // Without a listener, pipe() would rethrow an error the reply emits; 'close' follows it anyway.
+    res.once('error', onClose);
     body.pipe(res);
   });
 }

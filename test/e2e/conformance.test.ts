@@ -3,8 +3,9 @@
 // must be equal, except the checks the gateway exists to improve (listed in IMPROVED_BY_GATEWAY).
 //   --requirements 2025-11-25 against server-everything (streamableHttp);
 //   --requirements 2026-07-28 against the SDK v2 createMcpHandler dual-era server.
-// Needs the devDependencies @modelcontextprotocol/conformance@0.2.0-alpha.12 and node@22 (the suite calls
-// Node 22's fs.globSync); without them the file is skipped and says which package is missing.
+// The suite and the Node 22 it needs (it calls fs.globSync) live in tools/conformance, a package of
+// their own so that the gateway and its tests stay on Node 20; `npm test` installs it (pretest). Without
+// it the file is skipped and says what is missing.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
@@ -16,9 +17,10 @@ import { startTestGateway, testConfig } from '../helpers/gateway.js';
 import { childEnv, startDualEraServer, startServerEverything, type RunningUpstream } from '../helpers/interop-upstreams.js';
 
 /** Checks the gateway is meant to pass where a bare upstream fails (the upstream's own failures, fixed in front of it). */
-const IMPROVED_BY_GATEWAY = new Set(['dns-rebinding-protection']);
+const IMPROVED_BY_GATEWAY = new Set(['localhost-host-rebinding-rejected']); // scenario dns-rebinding-protection: the gateway refuses a foreign Origin (SPEC §5.2)
 
-const require = createRequire(import.meta.url);
+// Resolve from tools/conformance/, not from the project: its node_modules holds both packages.
+const require = createRequire(new URL('../../tools/conformance/package.json', import.meta.url));
 
 function conformanceCli(): string | undefined {
   try {
@@ -46,8 +48,8 @@ function node22(): string | undefined {
 const cli = conformanceCli();
 const node = node22();
 const missing = [
-  cli ? null : '@modelcontextprotocol/conformance@0.2.0-alpha.12 is not installed',
-  node ? null : 'no Node with fs.globSync (install the node@22 devDependency)',
+  cli ? null : '@modelcontextprotocol/conformance is not installed (npm ci --prefix tools/conformance)',
+  node ? null : 'no Node with fs.globSync (npm ci --prefix tools/conformance installs node@22)',
 ].filter(Boolean);
 
 interface Check {
@@ -72,7 +74,7 @@ async function collectChecks(dir: string): Promise<Check[]> {
 async function failingChecks(url: string, requirements: string): Promise<{ failing: Set<string>; total: number; output: string }> {
   const cwd = await mkdtemp(join(tmpdir(), 'tb-conformance-'));
   try {
-    const child = spawn(node as string, [cli as string, 'server', '--url', url, '--requirements', requirements], { cwd, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(node as string, [cli as string, 'server', '--url', url, '--requirements', requirements, '--output-dir', join(cwd, 'results')], { cwd, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
