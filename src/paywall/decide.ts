@@ -100,25 +100,17 @@ export class Paywall {
       if (decision.kind === 'rate_limited') {
         return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(decision.retryAfterMs / 1000)) });
       }
-      // Step 6: short of credits → has the pending charge settled? Then reserve again. An underpaid
-      // outcome is final for that link: the challenge says so and opens a new one (§7.4).
-      if (decision.kind === 'insufficient' && decision.pending?.status === 'pending') {
-        const observation = await this.#deps.settler.observe(decision.pending);
-        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId, false);
-        else if (observation === 'underpaid') decision = { ...decision, pending: null, lastCharge: { ...decision.pending, status: 'underpaid' } };
-      }
-      // A payment that lands after its charge was abandoned is still money received (§7.5). Without
-      // webhooks this retry is the only poll that can see it (at most one read per 2 s, as above).
-      if (decision.kind === 'insufficient' && decision.lastCharge?.status === 'abandoned') {
-        const observation = await this.#deps.settler.observe(decision.lastCharge);
-        if (observation === 'granted' || observation === 'already_settled') decision = await this.#reserve(priced, handleHash, reservationId, false);
-        else if (observation === 'underpaid') decision = { ...decision, lastCharge: { ...decision.lastCharge, status: 'underpaid' } };
-      }
+      // Step 6: short of credits → has the pending charge settled? Then reserve again. A payment that
+      // lands after its charge was abandoned is still money received (§7.5): without webhooks this retry
+      // is the only poll that can see it. Each read is at most one per 2 s per charge.
+      if (decision.kind === 'insufficient' && decision.pending?.status === 'pending') decision = await this.#settleThenReserve(priced, handleHash, reservationId, decision, decision.pending);
+      if (decision.kind === 'insufficient' && decision.lastCharge?.status === 'abandoned') decision = await this.#settleThenReserve(priced, handleHash, reservationId, decision, decision.lastCharge);
       if (decision.kind === 'reserved') {
         const { [this.#deps.settings.argumentName]: _token, ...args } = priced.call.args;
         return { kind: 'reserved', handleHash, reservationId, forwardParams: { ...(priced.call.request.params as JsonObject), arguments: args }, facts };
       }
-      if (decision.kind !== 'insufficient') return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: 1 });
+      // The second reserve takes no token, so only a handle that vanished in between lands here.
+      if (decision.kind !== 'insufficient') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
       return await this.#challengeExistingHandle(priced, token, handleHash, challengeReason(decision), decision.pending, facts);
     } catch (error) {
       this.#countFailure(priced, error);
@@ -167,6 +159,20 @@ export class Paywall {
   /** Logs and counts an answer the gateway gave itself (challenge or refusal). */
   recordAnswer(priced: PricedCall, answer: Extract<Authorisation, { kind: 'answer' }>): void {
     this.#logCall(priced, answer.outcome, answer.facts, 0);
+  }
+
+  /** Asks the provider about one charge; a settled charge means reserving again, an underpaid one is final for its link (§7.4). */
+  async #settleThenReserve(
+    priced: PricedCall,
+    handleHash: string,
+    reservationId: string,
+    decision: Extract<SpendDecision, { kind: 'insufficient' }>,
+    charge: ChargeRecord,
+  ): Promise<SpendDecision> {
+    const observation = await this.#deps.settler.observe(charge);
+    if (observation === 'granted' || observation === 'already_settled') return this.#reserve(priced, handleHash, reservationId, false);
+    if (observation === 'underpaid') return { ...decision, pending: decision.pending?.nonce === charge.nonce ? null : decision.pending, lastCharge: { ...charge, status: 'underpaid' } };
+    return decision;
   }
 
   /** @param takeToken false for the second reserve of a call that just settled a charge (one call, one token) */

@@ -50,6 +50,13 @@ t.test('a nonce is 16 CSPRNG bytes without prefix', async (t) => {
   t.notOk(nonce.startsWith('tb_'));
 });
 
+t.test('nonces drawn across several pool refills are all distinct and well formed', async (t) => {
+  const seen = new Set<string>();
+  for (let i = 0; i < 1_000; i++) seen.add(mintNonce());
+  t.equal(seen.size, 1_000, 'no nonce repeats (the pool holds 256)');
+  t.ok([...seen].every((nonce) => /^[A-Za-z0-9_-]{22}$/.test(nonce) && Buffer.from(nonce, 'base64url').length === 16));
+});
+
 t.test('nonce, handle and dev link id are independent values', async (t) => {
   const store = new MemoryStore();
   t.teardown(() => store.close());
