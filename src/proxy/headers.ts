@@ -57,8 +57,11 @@ export function isJson(contentType: string | string[] | undefined): boolean {
   return typeof value === 'string' && /^application\/([a-z.+-]*\+)?json/i.test(value);
 }
 
-function connectionListed(value: string | string[] | undefined): Set<string> {
-  if (value === undefined) return new Set();
+const NONE: ReadonlySet<string> = new Set();
+
+/** Header names a Connection header lists. No Set is built for the usual values (keep-alive is hop-by-hop anyway). */
+function connectionListed(value: string | string[] | undefined): ReadonlySet<string> {
+  if (value === undefined || value === 'keep-alive') return NONE;
   const text = Array.isArray(value) ? value.join(',') : value;
   return new Set(text.split(',').map((token) => token.trim().toLowerCase()).filter(Boolean));
 }
