@@ -80,3 +80,31 @@ export async function freePort(): Promise<number> {
     });
   });
 }
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
+let nextRawId = 1;
+
+/** A raw legacy tools/call over fetch (the paid upstream is stateless: no session needed); the parsed reply. */
+export async function rawToolCall(gateway: { url: string }, name: string, args: Json): Promise<Json> {
+  const response = await fetch(gateway.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: nextRawId++, method: 'tools/call', params: { name, arguments: args } }),
+  });
+  return (await response.json()) as Json;
+}
+
+/** A handle holding one pack of `research`, paid through the dev checkout like a payer would. */
+export async function fundedHandle(gateway: { url: string }, tool = 'fetch_readable', args: Json = { url: 'fund' }): Promise<string> {
+  const challenge = (await rawToolCall(gateway, tool, args)).result._meta['xyz.tollbooth/challenge'];
+  const pay = await fetch(`${challenge.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
+  if (pay.status !== 303) throw new Error(`pay failed: ${pay.status}`);
+  return challenge.retry.value as string;
+}
+
+/** The handle's `research` balance, read from the gateway's own store. */
+export async function researchBalance(gateway: TestGateway, handle: string): Promise<number> {
+  const { hashHandle } = await import('../../src/paywall/handles.js');
+  return (await gateway.store.getHandle(hashHandle(handle, gateway.config.handles.hashSecret)))?.balances.research ?? 0;
+}

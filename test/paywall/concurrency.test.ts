@@ -1,9 +1,8 @@
 // Many callers on one handle (SPEC §6.2 step 6, §11): concurrent retries never spend more than the
 // handle holds, and a legacy batch mixing free and priced entries is never a way around the paywall.
 import t from 'tap';
-import { hashHandle } from '../../src/paywall/handles.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
-import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 
 type Json = Record<string, any>;
 
@@ -25,14 +24,7 @@ async function post(gateway: TestGateway, body: unknown, version = '2025-11-25')
 }
 const call = (name: string, args: Json, id: number = nextId++) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
 
-async function fundedHandle(gateway: TestGateway): Promise<string> {
-  const challenge = (await post(gateway, call('fetch_readable', { url: 'fund' }))).json.result._meta['xyz.tollbooth/challenge'];
-  const pay = await fetch(`${challenge.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
-  if (pay.status !== 303) throw new Error(`pay failed: ${pay.status}`);
-  return challenge.retry.value as string;
-}
-const balance = async (gateway: TestGateway, handle: string): Promise<number> =>
-  (await gateway.store.getHandle(hashHandle(handle, gateway.config.handles.hashSecret)))?.balances.research ?? 0;
+const balance = researchBalance;
 
 t.test('60 concurrent retries on a handle holding 3 credits: exactly 3 reach the upstream', async (t) => {
   const gateway = await startTestGateway(t, testConfig(upstream.url));

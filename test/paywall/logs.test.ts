@@ -3,7 +3,7 @@
 // id or a tool argument value.
 import t from 'tap';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
-import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { rawToolCall, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 
 type Json = Record<string, any>;
 
@@ -13,15 +13,7 @@ t.before(async () => {
 });
 t.teardown(() => upstream.close());
 
-let nextId = 1;
-async function callTool(gateway: TestGateway, name: string, args: Json): Promise<Json> {
-  const response = await fetch(gateway.url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method: 'tools/call', params: { name, arguments: args } }),
-  });
-  return (await response.json()) as Json;
-}
+const callTool = rawToolCall;
 
 const fingerprintOf = (handle: string) => `${handle.slice(0, 9)}..${handle.slice(-4)}`;
 const callLines = (gateway: TestGateway) => gateway.logs().filter((line) => line.evt === 'call');

@@ -4,9 +4,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { hashHandle } from '../../src/paywall/handles.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
-import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { fundedHandle, rawToolCall, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 
 type Json = Record<string, any>;
 
@@ -16,27 +15,8 @@ t.before(async () => {
 });
 t.teardown(() => upstream.close());
 
-let nextId = 1;
-async function callTool(gateway: TestGateway, name: string, args: Json): Promise<Json> {
-  const response = await fetch(gateway.url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method: 'tools/call', params: { name, arguments: args } }),
-  });
-  return (await response.json()) as Json;
-}
-
-/** A handle holding the 3-credit pack, paid through the dev checkout. */
-async function fundedHandle(gateway: TestGateway): Promise<string> {
-  const challenge = (await callTool(gateway, 'fetch_readable', { url: 'u' })).result._meta['xyz.tollbooth/challenge'];
-  const pay = await fetch(`${challenge.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
-  if (pay.status !== 303) throw new Error(`pay failed: ${pay.status}`);
-  return challenge.retry.value as string;
-}
-
-async function balance(gateway: TestGateway, handle: string): Promise<number> {
-  return (await gateway.store.getHandle(hashHandle(handle, gateway.config.handles.hashSecret)))?.balances.research ?? 0;
-}
+const callTool = rawToolCall;
+const balance = researchBalance;
 
 async function gatewayWithCredits(t: Test, overrides: Json = {}, upstreamUrl = upstream.url): Promise<{ gateway: TestGateway; handle: string }> {
   const gateway = await startTestGateway(t, testConfig(upstreamUrl, overrides));
