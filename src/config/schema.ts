@@ -5,6 +5,7 @@
 // "<file>:<line>:<col> <path>: expected <message>, found <what the YAML holds>". A refinement that
 // cannot be judged from the one node at its path passes `params.found` to say what was found.
 import { z } from 'zod';
+import { compareDecimal, isDecimalString } from '../payments/decimal.js';
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
@@ -125,7 +126,7 @@ const skuSchema = z
     allowBelowMinimum: z.boolean().default(false),
   })
   .superRefine((sku, ctx) => {
-    if (!sku.allowBelowMinimum && compareDecimal(sku.amount, '5') < 0) {
+    if (!sku.allowBelowMinimum && isDecimalString(sku.amount) && compareDecimal(sku.amount, '5') < 0) {
       ctx.addIssue({ code: 'custom', path: ['amount'], message: 'an amount of at least 5.00 (credit packs under 5.00 are refused unless the SKU sets allowBelowMinimum: true)', input: sku.amount });
     }
   });
@@ -204,13 +205,3 @@ export type ConfigInput = z.input<typeof configSchema>;
 export type GatewayConfig = z.output<typeof configSchema>;
 export type SkuConfig = GatewayConfig['skus'][string];
 export type ToolPrice = GatewayConfig['tools'][string];
-
-/** Compares two non-negative decimal strings exactly (no floats): -1, 0 or 1. */
-export function compareDecimal(a: string, b: string): number {
-  const [ai = '0', af = ''] = a.split('.');
-  const [bi = '0', bf = ''] = b.split('.');
-  const width = Math.max(af.length, bf.length);
-  const x = BigInt(ai + af.padEnd(width, '0'));
-  const y = BigInt(bi + bf.padEnd(width, '0'));
-  return x < y ? -1 : x > y ? 1 : 0;
-}

@@ -131,6 +131,11 @@ t.test('an amount with more than 6 decimals is refused', async (t) => {
   t.match(message, 'config/test.yaml:4:33 skus.research.amount: expected a positive decimal string with at most 6 decimals, e.g. "5.00", found the string "5.0000001"');
 });
 
+t.test('an amount that is not a number at all is refused with a message, not a crash', async (t) => {
+  const message = refusal(yaml(...UPSTREAM, 'skus:', '  research: { label: R, amount: "five", currency: USDC, credits: 1 }'));
+  t.match(message, 'skus.research.amount: expected a positive decimal string with at most 6 decimals');
+});
+
 t.test('an amount of zero is refused', async (t) => {
   const message = refusal(yaml(...UPSTREAM, 'skus:', '  research: { label: R, amount: "0.00", currency: USDC, credits: 1, allowBelowMinimum: true }'));
   t.match(message, 'skus.research.amount: expected an amount greater than zero, found the string "0.00"');
