@@ -4,7 +4,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { GatewayConfig } from './config/schema.js';
-import { GatewayError } from './errors.js';
 import { errorResponse } from './mcp/jsonrpc.js';
 import { ToolCatalog } from './mcp/tool-catalog.js';
 import { pricingFromConfig } from './mcp/tools-list.js';
@@ -169,5 +168,3 @@ function adaptAuthenticator(server: ResourceServer): Authenticator {
     },
   };
 }
-
-export { GatewayError };

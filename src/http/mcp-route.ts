@@ -4,7 +4,7 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
-import { errorResponse, idOf, isObject, type JsonObject, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { errorResponse, idOf, isObject, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../mcp/tool-catalog.js';
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -337,5 +337,3 @@ function record(deps: McpRouteDeps, label: { method: string; era: Era }, status:
   deps.metrics.mcpRequests.inc({ method, era: label.era, status: String(status) });
   deps.metrics.mcpRequestDuration.observe({ method }, (deps.now() - startedAt) / 1000);
 }
-
-export type { JsonObject };

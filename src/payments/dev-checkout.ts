@@ -3,7 +3,7 @@
 // (the agent's retry, or the reconciler), exactly as with a real provider.
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
-import { parseDecimal } from './decimal.js';
+import { isDecimalString } from './decimal.js';
 import { DEV_CHECKOUT_PREFIX } from './dev.js';
 
 const escapeHtml = (text: string): string =>
@@ -64,14 +64,8 @@ function receivedFrom(body: unknown): string | undefined {
   return undefined;
 }
 
-function isDecimal(text: string): boolean {
-  try {
-    parseDecimal(text);
-    return /^\d+(\.\d{1,6})?$/.test(text);
-  } catch {
-    return false;
-  }
-}
+/** The amounts a SKU may have: a decimal string with at most 6 decimals (config/schema.ts). */
+const isDecimal = (text: string): boolean => isDecimalString(text) && /^\d+(\.\d{1,6})?$/.test(text);
 
 function page(title: string, body: string): string {
   return `<!doctype html>
