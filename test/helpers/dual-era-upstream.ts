@@ -2,21 +2,13 @@
 // envelope, plus the stateless 2025 fallback) with the same tools as paid-upstream.ts, served on a
 // plain node:http server. It records every tools/call it runs, so a test can assert exactly what
 // reached the upstream in either era.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import type { ReceivedCall } from './paid-upstream.js';
+import { listenRecording, type ReceivedCall, type RecordingUpstream } from './paid-upstream.js';
 
-export interface DualEraUpstream {
-  url: string;
-  calls: (ReceivedCall & { era: 'legacy' | 'modern' })[];
-  callsOf(name: string): (ReceivedCall & { era: 'legacy' | 'modern' })[];
-  bodies: string[];
-  sawText(marker: string): boolean;
-  close(): Promise<void>;
-}
+export type DualEraUpstream = RecordingUpstream<ReceivedCall & { era: 'legacy' | 'modern' }>;
 
 export async function startDualEraUpstream(): Promise<DualEraUpstream> {
   const calls: DualEraUpstream['calls'] = [];
@@ -92,24 +84,7 @@ export async function startDualEraUpstream(): Promise<DualEraUpstream> {
     res.end();
   };
 
-  const server: Server = createServer((req, res) => {
-    serve(req, res).catch(() => {
-      if (!res.headersSent) res.writeHead(500).end();
-      else res.end();
-    });
+  return listenRecording(serve, calls, bodies, async () => {
+    await handler.close().catch(() => undefined);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}/mcp`,
-    calls,
-    bodies,
-    callsOf: (name) => calls.filter((c) => c.name === name),
-    sawText: (marker) => bodies.some((b) => b.includes(marker)),
-    async close() {
-      await handler.close().catch(() => undefined);
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
 }

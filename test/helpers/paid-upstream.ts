@@ -15,15 +15,18 @@ export interface ReceivedCall {
   headers: Record<string, string | string[] | undefined>;
 }
 
-export interface PaidUpstream {
+/** An upstream that records what reached it. */
+export interface RecordingUpstream<C extends ReceivedCall = ReceivedCall> {
   url: string;
-  calls: ReceivedCall[];
-  callsOf(name: string): ReceivedCall[];
+  calls: C[];
+  callsOf(name: string): C[];
   /** Every raw request body received (for "never reached the upstream" checks). */
   bodies: string[];
   sawText(marker: string): boolean;
   close(): Promise<void>;
 }
+
+export type PaidUpstream = RecordingUpstream;
 
 export type UpstreamMode = 'stateless-json' | 'sessions-sse';
 
@@ -126,6 +129,21 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json'): 
     await transport.handleRequest(req, res, parsed);
   };
 
+  return listenRecording(handle, calls, bodies, async () => {
+    for (const transport of sessions.values()) await transport.close().catch(() => undefined);
+  });
+}
+
+/**
+ * Serves `handle` on a free loopback port as a recording upstream: `calls` and `bodies` are the arrays
+ * the handler fills; `beforeClose` releases what the handler holds (sessions, SDK handlers).
+ */
+export async function listenRecording<C extends ReceivedCall>(
+  handle: (req: IncomingMessage, res: ServerResponse) => Promise<void>,
+  calls: C[],
+  bodies: string[],
+  beforeClose: () => Promise<void>,
+): Promise<RecordingUpstream<C>> {
   const server: Server = createServer((req, res) => {
     handle(req, res).catch(() => {
       if (!res.headersSent) res.writeHead(500).end();
@@ -141,7 +159,7 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json'): 
     callsOf: (name) => calls.filter((c) => c.name === name),
     sawText: (marker) => bodies.some((b) => b.includes(marker)),
     async close() {
-      for (const transport of sessions.values()) await transport.close().catch(() => undefined);
+      await beforeClose();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },

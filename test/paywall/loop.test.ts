@@ -17,7 +17,7 @@ async function paidSetup(t: Test, mode: UpstreamMode) {
 }
 
 t.test('v1 client: challenge, pay, retry spends one credit and strips the token', async (t) => {
-  const { upstream, gateway, client } = await paidSetup(t, 'stateless-json');
+  const { upstream, client } = await paidSetup(t, 'stateless-json');
 
   const challenge = await client.callTool({ name: 'fetch_readable', arguments: { url: 'https://example.com/' } });
   t.equal(challenge.isError, true, 'the first call is a challenge');
@@ -43,7 +43,7 @@ async function pay(checkoutUrl: string, received?: string): Promise<number> {
 
 for (const mode of ['stateless-json', 'sessions-sse'] as const) {
   t.test(`v1 client, ${mode} upstream: the whole loop to exhaustion and a new link on the same handle`, async (t) => {
-    const { upstream, gateway, client } = await paidSetup(t, mode);
+    const { upstream, client } = await paidSetup(t, mode);
 
     const { tools } = await client.listTools();
     const listed = tools.find((tool) => tool.name === 'fetch_readable') as Json;
@@ -83,7 +83,7 @@ for (const mode of ['stateless-json', 'sessions-sse'] as const) {
 }
 
 t.test('v1 client: a tool with an outputSchema receives the challenge without throwing', async (t) => {
-  const { upstream, gateway, client } = await paidSetup(t, 'stateless-json');
+  const { client } = await paidSetup(t, 'stateless-json');
   await client.listTools(); // the v1 client caches output schemas and validates structuredContent against them
   const result = (await client.callTool({ name: 'with_schema', arguments: { city: 'Oslo' } })) as Json;
   t.equal(result.isError, true);
@@ -95,13 +95,13 @@ t.test('v1 client: a tool with an outputSchema receives the challenge without th
 });
 
 t.test('v1 client: a tool without outputSchema gets structuredContent equal to the challenge meta', async (t) => {
-  const { upstream, gateway, client } = await paidSetup(t, 'stateless-json');
+  const { client } = await paidSetup(t, 'stateless-json');
   const result = (await client.callTool({ name: 'fetch_readable', arguments: { url: 'x' } })) as Json;
   t.same(result.structuredContent, challengeOf(result));
 });
 
 t.test('checkout underpayment: 0.40 of 5.00 → underpaid with a new link; then 2.50 → 1 credit (partial)', async (t) => {
-  const { upstream, gateway, client } = await paidSetup(t, 'stateless-json');
+  const { gateway, client } = await paidSetup(t, 'stateless-json');
   const first = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'x' } })) as Json);
   t.equal(await pay(first.checkoutUrl, '0.40'), 303);
   const token = first.retry.value;
