@@ -117,11 +117,12 @@ async function run(kind: ClientKind, target: Target, scenario: Scenario): Promis
     outcome.progress = { result, totals: [...new Set(notifications.map(([, total]) => total))] };
     const era = outcome.version === '2026-07-28' ? 'modern' : 'legacy';
     if (scenario.ask?.eras.includes(era)) {
-      // Only what the ask call itself triggers: a server that lists roots on connect asks a direct client, but
-      // asks the gateway (its one client) on a shared stdio child.
+      // Only what the ask call itself triggers (sampling, elicitation). A server that lists roots on connect
+      // does so on its own schedule (its roots/list may land during this call or before it), and on a shared
+      // stdio child it asks the gateway, its one client, not this one: roots/list is not the ask's doing.
       asked.length = 0;
       outcome.ask = await client.callTool(scenario.ask.name, scenario.ask.arguments);
-      outcome.asked = [...asked];
+      outcome.asked = asked.filter((method) => method !== 'roots/list');
     }
     return outcome;
   } finally {
