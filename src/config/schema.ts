@@ -188,6 +188,16 @@ export const configSchema = z
         ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
     }
+    // §3: a charge opened just before the handle's last call could be paid after the handle expired.
+    // (A ttl under the 1 h floor is already reported at its own path.)
+    if (config.handles.ttl >= 3_600_000 && config.handles.ttl <= config.payments.chargeTtl) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['handles', 'ttl'],
+        message: `a handles.ttl longer than payments.chargeTtl (${config.payments.chargeTtl} ms) so a payment never lands on an expired handle`,
+        input: config.handles.ttl,
+      });
+    }
     if (config.auth.mode === 'oauth' && !config.server.publicUrl) {
       ctx.addIssue({ code: 'custom', path: ['server', 'publicUrl'], message: 'an absolute http(s) server.publicUrl because auth.mode is oauth', input: config.server.publicUrl });
     }
