@@ -1,6 +1,7 @@
 // Every Redis key the store uses, derived in one place (README.md beside this file explains the
 // layout). All keys of one handle share the hash tag `{h:<handleHash>}`, so every per-handle script
 // touches one Cluster slot. Global keys (indexes, buckets, lease, dev links) carry their own tags.
+import { createHash } from 'node:crypto';
 import { GatewayError } from '../errors.js';
 
 /** The keys of one handle, computed once per store call. */
@@ -59,6 +60,11 @@ export class KeySpace {
 
   devLink(id: string): string {
     return `${this.prefix}{dev:${id}}`;
+  }
+
+  /** String: a claimed provider event. The id is hashed: it is any printable text (braces included) up to 200 characters. */
+  event(source: string, eventId: string): string {
+    return `${this.prefix}{ev:${createHash('sha256').update(`${source}\n${eventId}`).digest('hex')}}`;
   }
 }
 

@@ -88,6 +88,8 @@ export class MemoryStore implements Store {
   private readonly pendingCharges = new Set<string>();
   private readonly challengeBuckets = new Map<string, TokenBucket>();
   private readonly leases = new Map<string, { owner: string; expiresAt: number }>();
+  /** Claimed provider events: "source\nid" → when it is forgotten. */
+  private readonly events = new Map<string, number>();
   private readonly devLinks = new Map<string, DevLink>();
   private nextSweepAt: number;
 
@@ -350,6 +352,15 @@ export class MemoryStore implements Store {
     return true;
   }
 
+  async claimEvent(source: string, eventId: string, ttlMs: number): Promise<boolean> {
+    const now = this.now();
+    const key = `${source}\n${eventId}`;
+    const forgetAt = this.events.get(key);
+    if (forgetAt !== undefined && forgetAt > now) return false;
+    this.events.set(key, now + ttlMs);
+    return true;
+  }
+
   async putDevLink(link: DevLink): Promise<void> {
     this.sweepIfDue(this.now());
     this.devLinks.set(link.id, { ...link });
@@ -397,6 +408,7 @@ export class MemoryStore implements Store {
     for (const [id, link] of this.devLinks) if (link.expiresAt + RETENTION_MS <= now) this.devLinks.delete(id);
     for (const [key, bucket] of this.challengeBuckets) if (bucket.fullAt <= now) this.challengeBuckets.delete(key);
     for (const [name, lease] of this.leases) if (lease.expiresAt <= now) this.leases.delete(name);
+    for (const [key, forgetAt] of this.events) if (forgetAt <= now) this.events.delete(key);
   }
 
   private now(): number {

@@ -359,6 +359,12 @@ export class RedisStore implements Store {
     return Number(await this.call('acquireLease', () => this.run('tbAcquireLease', [this.keys.lease(name)], [owner, Math.max(1, Math.ceil(ttlMs))]))) === 1;
   }
 
+  async claimEvent(source: string, eventId: string, ttlMs: number): Promise<boolean> {
+    const key = this.keys.event(source, eventId);
+    const set = await this.call('claimEvent', () => this.client.set(key, '1', 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX'));
+    return set === 'OK';
+  }
+
   async putDevLink(link: DevLink): Promise<void> {
     const ttl = Math.max(1_000, link.expiresAt + RETENTION_MS - this.now());
     await this.call('putDevLink', () => this.client.set(this.keys.devLink(link.id), JSON.stringify(link), 'PX', ttl));

@@ -134,6 +134,12 @@ export interface Store {
   /** Reconciler lease: true if this owner holds it for ttlMs from now. */
   acquireLease(name: string, owner: string, ttlMs: number): Promise<boolean>;
 
+  /**
+   * Provider events (§20 webhook replay): true the first time (source, eventId) is claimed, false
+   * while it is remembered (ttlMs from that first claim), across every replica sharing the store.
+   */
+  claimEvent(source: string, eventId: string, ttlMs: number): Promise<boolean>;
+
   /** dev provider state (§7.3): its links live in the store so any replica can read them. */
   putDevLink(link: DevLink): Promise<void>;
   getDevLink(id: string): Promise<DevLink | null>;

@@ -171,6 +171,21 @@ t.test('webhook: duplicate and out-of-order deliveries are acknowledged and gran
   t.equal(r.gateway.logs().filter((line) => line.evt === 'settlement').length, 1, 'one settlement');
 });
 
+t.test('webhook: a replayed signed delivery (same moove-event-id) is acknowledged and triggers no provider read', async (t) => {
+  const r = await rig(t);
+  const challenge = challengeOf(await r.call());
+  const linkId = linkIdOf(challenge.checkoutUrl);
+  const payload = { id: 'evt_replayed', type: 'payment_link.completed', data: { id: linkId, paymentLinkId: linkId, status: 'completed', receivedAmount: '5' } };
+  t.equal((await sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_replayed' })).status, 200);
+  await until(() => reads(r.fake) === 1, 'the first delivery re-reads the link');
+  const replays = await Promise.all(Array.from({ length: 5 }, () => sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_replayed' })));
+  t.same(replays.map((d) => d.status), [200, 200, 200, 200, 200], 'every replay is acknowledged');
+  await new Promise((resolve) => setTimeout(resolve, 200)); // let any trigger run
+  t.equal(reads(r.fake), 1, 'no replay reached Moove');
+  t.equal((await sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_next' })).status, 200);
+  await until(() => reads(r.fake) === 2, 'a new event id re-reads the link');
+});
+
 t.test('webhook: a delivery about a link the gateway never opened is acknowledged and changes nothing', async (t) => {
   const r = await rig(t);
   const delivery = await sendWebhook(r.webhookUrl, WEBHOOK_SECRET, { id: 'evt_x', data: { paymentLinkId: 'not-ours' } });

@@ -762,6 +762,24 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(results.filter(Boolean).length, 1);
   });
 
+  // ── provider events (webhook replay, §20) ─────────────────────────────────────────────────────
+
+  behaviour('claimEvent is true once per source and id while remembered, then free again', async (f, t) => {
+    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), true, 'first delivery');
+    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), false, 'a replay');
+    t.equal(await f.store.claimEvent('moove', 'evt_2', 300), true, 'another event');
+    t.equal(await f.store.claimEvent('other', 'evt_1', 300), true, 'another source');
+    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', 300), true, 'any printable id');
+    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', 300), false);
+    await f.passTime(400);
+    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), true, 'forgotten after its time');
+  });
+
+  behaviour('concurrent claims of one event grant one', async (f, t) => {
+    const results = await Promise.all(Array.from({ length: 20 }, () => f.store.claimEvent('moove', 'evt_race', 60_000)));
+    t.equal(results.filter(Boolean).length, 1);
+  });
+
   // ── dev provider links ─────────────────────────────────────────────────────────────────────────
 
   behaviour('a dev link round-trips and is paid once while active', async (f, t) => {
