@@ -40,9 +40,9 @@ export class KeySpace {
     return { handle, reservations: `${handle}:res`, charges: `${handle}:charges` };
   }
 
-  /** Set of handle hashes with this fingerprint (operator look-up). */
-  fingerprint(fingerprint: string): string {
-    return `${this.prefix}{fp:${fingerprint}}`;
+  /** SCAN pattern matching exactly the handle hashes (not their :res/:charges companions). */
+  get handlePattern(): string {
+    return `${this.prefix.replace(/[*?[\]\\]/g, '\\$&')}{h:*}`;
   }
 
   /** String: "handleHash:nonce" of the charge a provider reference belongs to. */

@@ -4,6 +4,7 @@
 // Failure behaviour is fail-closed and bounded: the client (redis-connection.ts) has no offline queue
 // and a 500 ms command timeout, and each call here has a 1 s budget, so with Redis gone every call
 // rejects with TB_ERR_STORE_UNAVAILABLE quickly.
+import type { Cluster, Redis } from 'ioredis';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
@@ -33,6 +34,9 @@ import {
 const CALL_BUDGET_MS = 1_000;
 /** Operator listings read many records; they get longer. */
 const LISTING_BUDGET_MS = 10_000;
+/** `handle show <fingerprint>` scans every handle key: an operator can wait. */
+const ADMIN_SCAN_BUDGET_MS = 60_000;
+const SCAN_COUNT = 1_000;
 
 type Reply = string | number | null | Reply[];
 type Arg = string | number;
@@ -75,16 +79,8 @@ export class RedisStore implements Store {
       throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
     }
     const k = this.keys.handle(handle.handleHash);
-    const fingerprintSet = this.keys.fingerprint(handle.fingerprint);
-    const now = this.now();
-    const args = [handle.handleHash, handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, now];
-    await this.call('createHandle', async () => {
-      if (!this.clustered) return void (await this.run('tbCreateHandle', [k.handle, k.reservations, fingerprintSet], args));
-      await Promise.all([
-        this.run('tbSetIndexAdd', [fingerprintSet], [handle.handleHash, now + 2 * handle.ttlMs, now]),
-        this.run('tbCreateHandle', [k.handle, k.reservations], args),
-      ]);
-    });
+    const args = [handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, this.now()];
+    await this.call('createHandle', () => this.run('tbCreateHandle', [k.handle, k.reservations], args));
   }
 
   async getHandle(handleHash: string): Promise<HandleState | null> {
@@ -99,13 +95,22 @@ export class RedisStore implements Store {
     return state;
   }
 
+  /**
+   * An operator verb, so a scan is fine: every handle key on every master is read (SCAN, then its
+   * expiry and fingerprint, pipelined). No index by fingerprint exists outside a handle's tag (§8).
+   */
   async findHandlesByFingerprint(fingerprint: string): Promise<string[]> {
     const now = this.now();
-    return this.call('findHandlesByFingerprint', async () => {
-      const hashes = await this.client.smembers(this.keys.fingerprint(fingerprint));
-      const handles = await Promise.all(hashes.map((hash) => this.client.hmget(this.keys.handle(hash).handle, 'x', 'fp')));
-      return hashes.filter((_, i) => Number(handles[i]?.[0]) > now && handles[i]?.[1] === fingerprint);
-    });
+    return this.call(
+      'findHandlesByFingerprint',
+      async () => {
+        const nodes = this.clustered ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+        const found = await Promise.all(nodes.map((node) => scanHandles(node, this.keys.handlePattern, fingerprint, now)));
+        // The prefix holds no brace, so the first "{h:" starts the tag.
+        return found.flat().map((key) => key.slice(key.indexOf('{h:') + 3, -1));
+      },
+      ADMIN_SCAN_BUDGET_MS,
+    );
   }
 
   async reserve(request: SpendRequest): Promise<SpendDecision> {
@@ -140,7 +145,6 @@ export class RedisStore implements Store {
       case 'insufficient':
         return { kind, balance: Number(a), funded: Number(b) === 1, pending: parseCharge(c), lastCharge: parseCharge(d) };
       case 'reserved':
-        if (typeof b === 'string') this.background('extendFingerprint', this.run('tbSetIndexAdd', [this.keys.fingerprint(b)], ['', Number(c), now]));
         return { kind, remaining: Number(a) };
       default:
         throw new GatewayError('TB_ERR_INTERNAL', `unexpected reserve reply from Redis: ${String(kind)}`);
@@ -456,6 +460,26 @@ function parseCharge(raw: Reply | undefined): ChargeRecord | null {
 
 /** When a charge record expires: mirrors charge_end in lua/prelude.ts. */
 const chargeEnd = (charge: ChargeRecord): number => (charge.status === 'opening' ? charge.expiresAt : charge.expiresAt + RETENTION_MS);
+
+/** The handle keys on one node (standalone or a Cluster master) that are live and carry this fingerprint. */
+async function scanHandles(node: Redis, pattern: string, fingerprint: string, now: number): Promise<string[]> {
+  const matches: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
+    cursor = next;
+    if (keys.length === 0) continue;
+    const pipeline = node.pipeline();
+    for (const key of keys) pipeline.hmget(key, 'x', 'fp');
+    const replies = (await pipeline.exec()) ?? [];
+    keys.forEach((key, i) => {
+      const [error, fields] = replies[i] ?? [null, null];
+      const [expiresAt, fp] = (error ? [] : (fields as (string | null)[])) ?? [];
+      if (Number(expiresAt) > now && fp === fingerprint) matches.push(key);
+    });
+  } while (cursor !== '0');
+  return matches;
+}
 
 function groupMembers(members: string[]): Map<string, string[]> {
   const byHandle = new Map<string, string[]>();

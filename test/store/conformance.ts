@@ -213,6 +213,13 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.same(await f.store.findHandlesByFingerprint('tb_s_none..0000'), []);
   });
 
+  behaviour('findHandlesByFingerprint finds every live handle with that fingerprint, wherever it is stored', async (f, t) => {
+    const shared = 'tb_s_many..same';
+    const hashes = await Promise.all(Array.from({ length: 40 }, () => f.handle({ fingerprint: shared })));
+    await Promise.all(Array.from({ length: 10 }, () => f.handle()));
+    t.same((await f.store.findHandlesByFingerprint(shared)).sort(), hashes.sort(), '40 handles spread over every slot (and Cluster node)');
+  });
+
   // ── reserve: the order of decisions (§6.2 steps 3–6) ─────────────────────────────────────────────
 
   behaviour('reserve on an unknown handle answers unknown_handle', async (f, t) => {

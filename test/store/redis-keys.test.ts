@@ -54,6 +54,7 @@ async function exerciseEveryOperation(store: RedisStore): Promise<void> {
 
   await store.takeChallengeToken('203.0.113.7', { ratePerSecond: 0.2, burst: 5 });
   await store.acquireLease('reconciler', 'gw-1', 60_000);
+  await store.claimEvent('moove', 'evt_{1}', 60_000);
   await store.putDevLink({ id: 'dev-1', label: 'Research', amount: '5.00', currency: 'USD', credits: 10, expiresAt: now + HOUR, status: 'active', receivedAmount: null });
   await store.payDevLink('dev-1', '5.00');
   await store.getDevLink('dev-1');
@@ -92,9 +93,16 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
     [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`],
     'every key of a handle carries its hash tag',
   );
-  for (const kind of ['{reservations}', '{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{fp:tb_s_aaaa..1111}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}']) {
+  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}']) {
     t.ok(keys.some(({ key }) => key === PREFIX + kind), `${kind} key present`);
   }
+  t.ok(keys.some(({ key }) => /^tbkeys:\{ev:[0-9a-f]{64}\}$/.test(key)), 'a claimed event is one key named by a digest of its id');
+  // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
+  // handle's fingerprint lives outside the handle's tag.
+  const globalKinds = /^tbkeys:\{(reservations|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64})\}$/;
+  const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges)?$/;
+  for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key), `${key} is a handle key or a known global key`);
+  t.notOk(keys.some(({ key }) => key.includes('tb_s_')), 'no key is named by a fingerprint');
   const handleTtl = keys.find(({ key }) => key === `${PREFIX}{h:aa11}`)?.pttl ?? 0;
   t.ok(handleTtl > HOUR - 60_000 && handleTtl <= HOUR, 'a handle key lives one handle TTL');
 }

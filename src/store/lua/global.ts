@@ -49,10 +49,3 @@ else
 end
 return 1
 `;
-
-/** Adds a member (if given) to a set index and keeps it alive until liveUntil. KEYS set. ARGV member, liveUntil, now. */
-export const SET_INDEX_ADD = `
-if ARGV[1] ~= '' then redis.call('SADD', KEYS[1], ARGV[1]) end
-live_until(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
-return 1
-`;

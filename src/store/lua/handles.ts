@@ -2,18 +2,18 @@
 // reserve). A trailing global index key is passed only outside Cluster mode, where it may share the
 // script; in Cluster mode redis.ts writes that index in a companion command (see ../README.md).
 
-/** KEYS handle, reservations, [fingerprint set]. ARGV handleHash, fingerprint, hasPrincipal, principal, ttlMs, now. */
+/**
+ * The fingerprint lives in the handle's own hash (field fp): the operator look-up scans handle keys
+ * (redis.ts), so no index outside the handle's hash tag exists (§8).
+ * KEYS handle, reservations. ARGV fingerprint, hasPrincipal, principal, ttlMs, now.
+ */
 export const CREATE_HANDLE = `
-local now = tonumber(ARGV[6])
-local ttl = tonumber(ARGV[5])
+local now = tonumber(ARGV[5])
+local ttl = tonumber(ARGV[4])
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'x', int(now + ttl), 'fpx', int(now + 2 * ttl))
-if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'p', ARGV[4]) end
+redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'x', int(now + ttl))
+if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'p', ARGV[3]) end
 redis.call('PEXPIRE', KEYS[1], int(ttl))
-if KEYS[3] then
-  redis.call('SADD', KEYS[3], ARGV[1])
-  live_until(KEYS[3], now + 2 * ttl, now)
-end
 return 1
 `;
 
@@ -57,13 +57,6 @@ redis.call('PEXPIRE', KEYS[2], int(ttl))
 if KEYS[4] then
   redis.call('ZADD', KEYS[4], ARGV[6], ARGV[10])
   live_until(KEYS[4], tonumber(ARGV[6]) + RETENTION_MS, now)
-end
--- The fingerprint set lives one TTL beyond the handle; once the slide passes that, the caller extends it.
-local fpx = tonumber(redis.call('HGET', h, 'fpx') or '0')
-if expires > fpx then
-  fpx = expires + ttl
-  redis.call('HSET', h, 'fpx', int(fpx))
-  return {'reserved', remaining, redis.call('HGET', h, 'fp') or false, int(fpx)}
 end
 return {'reserved', remaining}
 `;
