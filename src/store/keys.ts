@@ -3,6 +3,7 @@
 // touches one Cluster slot. Global keys (indexes, buckets, lease, dev links) carry their own tags.
 import { createHash } from 'node:crypto';
 import { GatewayError } from '../errors.js';
+import { keySlot, slotTags } from './slots.js';
 
 /** The keys of one handle, computed once per store call. */
 export interface HandleKeys {
@@ -15,7 +16,7 @@ export interface HandleKeys {
 }
 
 export class KeySpace {
-  /** Zset of open reservations ("handleHash:reservationId", score = deadline) for the stale sweep. */
+  /** Zset of open reservations ("handleHash:reservationId", score = deadline) for the stale sweep (standalone/Sentinel; Cluster shards it per slot). */
   readonly reservationIndex: string;
   /** Zset of pending charges ("handleHash:nonce", score = nextPollAt) for the reconciler. */
   readonly dueCharges: string;
@@ -33,6 +34,25 @@ export class KeySpace {
     this.dueCharges = `${prefix}{charges:due}`;
     this.allCharges = `${prefix}{charges:all}`;
     this.liveCharges = `${prefix}{charges:live}`;
+  }
+
+  /**
+   * The reservation index a handle's reservations go in. Standalone/Sentinel: the one global zset.
+   * Cluster: the shard of the handle's slot (`{rs:…}`, a tag that lands in the same slot), so the
+   * reserve script writes the reservation and its index entry together (SPEC §6.5).
+   */
+  reservationIndexOf(handleHash: string, clustered: boolean): string {
+    return clustered ? this.reservationShard(keySlot(`h:${handleHash}`)) : this.reservationIndex;
+  }
+
+  /** Cluster: the reservation index shard of one slot (the stale sweep walks all of them). */
+  reservationShard(slot: number): string {
+    return `${this.prefix}{${slotTags()[slot] as string}}`;
+  }
+
+  /** Cluster: zset of slots whose reservation shard may be non-empty (score = when listed): where the sweep looks first. */
+  get shardDirectory(): string {
+    return `${this.prefix}{reservation-shards}`;
   }
 
   handle(handleHash: string): HandleKeys {

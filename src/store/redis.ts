@@ -10,6 +10,7 @@ import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { indexMember, KeySpace, parseIndexMember } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
+import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
 import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
 import {
   HANDLE_TTL_FLOOR_MS,
@@ -34,6 +35,12 @@ import {
 const CALL_BUDGET_MS = 1_000;
 /** Operator listings read many records; they get longer. */
 const LISTING_BUDGET_MS = 10_000;
+/** Cluster stale sweep: slots of the rotating walk read per pass (all 16 384 every 16 passes, ~48 s at 3 s ticks). */
+const SHARD_WALK_SLICE = 1_024;
+/** Commands per pipeline, so no command in it waits past the 500 ms command timeout on a busy server. */
+const PIPELINE_CHUNK = 256;
+/** A directory entry younger than this is kept even if its shard read empty (a reserve may have just listed it). */
+const SHARD_LISTING_GRACE_MS = 60_000;
 /** `handle show <fingerprint>` scans every handle key: an operator can wait. */
 const ADMIN_SCAN_BUDGET_MS = 60_000;
 const SCAN_COUNT = 1_000;
@@ -49,6 +56,10 @@ export interface RedisStoreDeps {
 
 export class RedisStore implements Store {
   readonly kind = 'redis' as const;
+  /** Cluster stale sweep: the first slot of the next slice of its rotating walk. */
+  private walkCursor = 0;
+  /** Cluster: when this process last listed each slot's reservation shard in the directory. */
+  private readonly shardListedAt = new Map<number, number>();
 
   private constructor(
     private readonly client: RedisClient,
@@ -68,6 +79,7 @@ export class RedisStore implements Store {
       throw new GatewayError('TB_ERR_CONFIG_INVALID', 'store.type redis needs exactly one of store.redis.url or store.redis.cluster');
     }
     const keys = new KeySpace(redis.keyPrefix);
+    if (redis.cluster !== undefined) slotTags(); // the shard names, computed once before the first call needs them
     const client = await openRedisClient(redis, deps.logger);
     return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger);
   }
@@ -120,21 +132,9 @@ export class RedisStore implements Store {
     const ratePerSecond = request.bucket?.ratePerSecond ?? '';
     const burst = request.bucket?.burst ?? '';
     const args = [...principalArgs(request.principal), request.sku, request.cost, request.reservationId, request.reservationDeadline, request.ttlMs, ratePerSecond, burst, member, now];
-    const reply = await this.call('reserve', async () => {
-      if (!this.clustered) return this.run('tbReserve', [k.handle, k.reservations, k.charges, this.keys.reservationIndex], args);
-      // The index entry goes first: a spurious entry (the reserve was refused) costs the sweep one look.
-      const [indexed, decided] = await Promise.allSettled([
-        this.run('tbIndexAdd', [this.keys.reservationIndex], [request.reservationDeadline, member, request.reservationDeadline + RETENTION_MS, now, '']),
-        this.run('tbReserve', [k.handle, k.reservations, k.charges], args),
-      ]);
-      if (decided.status === 'rejected') throw decided.reason;
-      if (indexed.status === 'rejected') {
-        // An unindexed reservation would never be swept: give it back now, then report the failure.
-        if (asArray(decided.value)[0] === 'reserved') await this.run('tbRelease', [k.handle, k.reservations], [request.reservationId, member, now]).catch(() => undefined);
-        throw indexed.reason;
-      }
-      return decided.value;
-    });
+    // One script, one round trip, in every mode: the reservation and its index entry are written together.
+    const index = this.keys.reservationIndexOf(request.handleHash, this.clustered);
+    const reply = await this.call('reserve', () => this.run('tbReserve', [k.handle, k.reservations, k.charges, index], args));
     const [kind, a, b, c, d] = asArray(reply);
     switch (kind) {
       case 'unknown_handle':
@@ -145,6 +145,9 @@ export class RedisStore implements Store {
       case 'insufficient':
         return { kind, balance: Number(a), funded: Number(b) === 1, pending: parseCharge(c), lastCharge: parseCharge(d) };
       case 'reserved':
+        // Cluster: the first reservation in a shard lists the shard in the directory the sweep reads
+        // first. Off the call path; if it is lost, the sweep's rotating walk of every slot finds the shard.
+        if (this.clustered && Number(b) === 1) this.listShard(request.handleHash, now);
         return { kind, remaining: Number(a) };
       default:
         throw new GatewayError('TB_ERR_INTERNAL', `unexpected reserve reply from Redis: ${String(kind)}`);
@@ -162,21 +165,18 @@ export class RedisStore implements Store {
   async releaseStaleReservations(now: number, limit: number): Promise<number> {
     if (limit <= 0) return 0;
     const clock = this.now();
-    const index = this.keys.reservationIndex;
     return this.call(
       'releaseStaleReservations',
       async () => {
-        const members = await this.client.zrangebyscore(index, '-inf', `(${now}`, 'LIMIT', 0, limit);
-        const byHandle = groupMembers(members);
+        const members = this.clustered ? await this.staleInShards(now, limit, clock) : await this.client.zrangebyscore(this.keys.reservationIndex, '-inf', `(${now}`, 'LIMIT', 0, limit);
         const counts = await Promise.all(
-          [...byHandle].map(async ([handleHash, ids]) => {
+          [...groupMembers(members)].map(async ([handleHash, ids]) => {
             const k = this.keys.handle(handleHash);
-            const keys = this.clustered ? [k.handle, k.reservations] : [k.handle, k.reservations, index];
+            // The script drops each member it looked at: its reservation is now released or was already gone.
+            const keys = [k.handle, k.reservations, this.keys.reservationIndexOf(handleHash, this.clustered)];
             return Number(await this.run('tbReleaseStale', keys, [now, clock, handleHash, ...ids]));
           }),
         );
-        // Each member names one reservation, now released or already gone: removing it is safe.
-        if (this.clustered && members.length > 0) await this.client.zrem(index, ...members);
         return counts.reduce((sum, count) => sum + count, 0);
       },
       LISTING_BUDGET_MS,
@@ -400,11 +400,76 @@ export class RedisStore implements Store {
   private async settleReservation(op: string, script: 'tbCommit' | 'tbRelease', handleHash: string, reservationId: string): Promise<number | null> {
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, reservationId);
-    const index = this.keys.reservationIndex;
-    const balance = await this.call(op, () => this.run(script, this.clustered ? [k.handle, k.reservations] : [k.handle, k.reservations, index], [reservationId, member, this.now()]));
-    // Cluster: the index entry is dropped off the call path; if that fails, the stale sweep drops it.
-    if (this.clustered) this.background('dropReservationIndex', this.client.zrem(index, member));
+    const index = this.keys.reservationIndexOf(handleHash, this.clustered);
+    const balance = await this.call(op, () => this.run(script, [k.handle, k.reservations, index], [reservationId, member, this.now()]));
     return balance === null ? null : Number(balance);
+  }
+
+  /**
+   * Cluster: lists the shard of a handle's slot in the directory (score = now), at most once per
+   * half grace per slot from this process: an entry is pruned only when older than the grace, so
+   * one listing covers every reservation this process makes in that shard meanwhile.
+   */
+  private listShard(handleHash: string, now: number): void {
+    const slot = keySlot(`h:${handleHash}`);
+    if ((this.shardListedAt.get(slot) ?? -Infinity) > now - SHARD_LISTING_GRACE_MS / 2) return;
+    this.shardListedAt.set(slot, now);
+    const listing = this.indexAdd(this.keys.shardDirectory, now, String(slot), now + RETENTION_MS, now, '');
+    this.background('listShard', listing.catch((err: unknown) => {
+      this.shardListedAt.delete(slot);
+      throw err;
+    }));
+  }
+
+  /**
+   * Cluster: stale members of the reservation shards, earliest deadline first, at most `limit`. The
+   * shards read are those the directory lists plus the next SHARD_WALK_SLICE slots of a rotating walk
+   * over all 16 384, so a shard whose directory entry was lost is still read within a few minutes.
+   * Each master is asked only about the slots it serves, in pipelines of at most PIPELINE_CHUNK.
+   * README.md has the measurements behind these numbers.
+   */
+  private async staleInShards(before: number, limit: number, clock: number): Promise<string[]> {
+    const cluster = this.client as Cluster;
+    const listed = new Set((await cluster.zrange(this.keys.shardDirectory, 0, -1)).map(Number).filter((slot) => Number.isInteger(slot) && slot >= 0 && slot < SLOT_COUNT));
+    const slots = new Set(listed);
+    for (let i = 0; i < SHARD_WALK_SLICE; i++) slots.add((this.walkCursor + i) % SLOT_COUNT);
+    this.walkCursor = (this.walkCursor + SHARD_WALK_SLICE) % SLOT_COUNT;
+
+    const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+    const byNode = new Map<Redis, number[]>();
+    for (const slot of slots) {
+      const node = masters.get(cluster.slots[slot]?.[0] ?? '');
+      if (!node) continue;
+      byNode.set(node, [...(byNode.get(node) ?? []), slot]);
+    }
+    const found: { member: string; deadline: number }[] = [];
+    const empty: number[] = [];
+    await Promise.all(
+      [...byNode].map(async ([node, nodeSlots]) => {
+        for (let start = 0; start < nodeSlots.length; start += PIPELINE_CHUNK) {
+          const chunk = nodeSlots.slice(start, start + PIPELINE_CHUNK);
+          const pipeline = node.pipeline();
+          for (const slot of chunk) pipeline.zrange(this.keys.reservationShard(slot), 0, limit - 1, 'WITHSCORES');
+          const replies = (await pipeline.exec()) ?? [];
+          chunk.forEach((slot, i) => {
+            // A slot that moved since the slot map was read answers MOVED: it is read on a later pass.
+            const [error, reply] = replies[i] ?? [null, null];
+            if (error || !Array.isArray(reply)) return;
+            if (reply.length === 0 && listed.has(slot)) empty.push(slot);
+            for (let j = 0; j + 1 < reply.length; j += 2) {
+              const deadline = Number(reply[j + 1]);
+              if (deadline < before) found.push({ member: String(reply[j]), deadline });
+            }
+          });
+        }
+      }),
+    );
+    // A reserve that made one of these shards non-empty since we read it listed it again after the cutoff: it stays.
+    if (empty.length > 0) await this.run('tbPruneShardDirectory', [this.keys.shardDirectory], [clock - SHARD_LISTING_GRACE_MS, ...empty]);
+    return found
+      .sort((a, b) => a.deadline - b.deadline)
+      .slice(0, limit)
+      .map(({ member }) => member);
   }
 
   /** Reads the charges named by index members, in order; null where a charge is gone. */
@@ -427,6 +492,11 @@ export class RedisStore implements Store {
     return this.run('tbIndexAdd', [index], [score, member, liveUntil, now, mode]);
   }
 
+  /** Best-effort index upkeep that must not delay or fail the call it follows. */
+  private background(op: string, work: Promise<unknown>): void {
+    work.catch((err: unknown) => this.logger.debug({ op, err: errorMessage(err) }, 'redis index upkeep failed; the reconciler will catch up'));
+  }
+
   private run(script: ScriptName, keys: string[], args: Arg[]): Promise<Reply> {
     const command = (this.client as unknown as Record<ScriptName, (numKeys: number, ...rest: Arg[]) => Promise<Reply>>)[script];
     return command.call(this.client, keys.length, ...keys, ...args);
@@ -440,11 +510,6 @@ export class RedisStore implements Store {
       if (err instanceof GatewayError) throw err;
       throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the Redis store is unavailable (${op}): ${errorMessage(err)}`, { cause: err });
     }
-  }
-
-  /** Best-effort index upkeep that must not delay or fail the call it follows. */
-  private background(op: string, work: Promise<unknown>): void {
-    work.catch((err: unknown) => this.logger.debug({ op, err: errorMessage(err) }, 'redis index upkeep failed; the reconciler will catch up'));
   }
 }
 

@@ -4,6 +4,7 @@
 import t, { type Test } from 'tap';
 import { Redis } from 'ioredis';
 import { createLogger } from '../../src/observability/logger.js';
+import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
 import type { GatewayConfig } from '../../src/config/schema.js';
 import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
@@ -77,7 +78,7 @@ async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number
   return found;
 }
 
-async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: number[]): Promise<void> {
+async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: number[], clustered: boolean): Promise<void> {
   const store = await RedisStore.connect(storeConfig, { logger });
   await exerciseEveryOperation(store);
   await store.close();
@@ -99,10 +100,13 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
   t.ok(keys.some(({ key }) => /^tbkeys:\{ev:[0-9a-f]{64}\}$/.test(key)), 'a claimed event is one key named by a digest of its id');
   // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
   // handle's fingerprint lives outside the handle's tag.
-  const globalKinds = /^tbkeys:\{(reservations|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64})\}$/;
+  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64})\}$/;
   const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges)?$/;
   for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key), `${key} is a handle key or a known global key`);
   t.notOk(keys.some(({ key }) => key.includes('tb_s_')), 'no key is named by a fingerprint');
+  // The reservation index: one zset standalone; in Cluster one shard per slot, in the handle's slot.
+  const open = keys.filter(({ key }) => key === `${PREFIX}{reservations}` || /^tbkeys:\{rs:/.test(key)).map(({ key }) => key);
+  t.same(open, [clustered ? new KeySpace(PREFIX).reservationIndexOf('aa11', true) : `${PREFIX}{reservations}`], 'the open reservation is indexed');
   const handleTtl = keys.find(({ key }) => key === `${PREFIX}{h:aa11}`)?.pttl ?? 0;
   t.ok(handleTtl > HOUR - 60_000 && handleTtl <= HOUR, 'a handle key lives one handle TTL');
 }
@@ -110,11 +114,11 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
 t.test('standalone: every key has a TTL, the prefix and, per handle, the hash tag', async (t) => {
   const server = await startRedis();
   t.teardown(() => server.stop());
-  await checkKeys(t, { type: 'redis', redis: { url: server.url, keyPrefix: PREFIX } }, [server.port]);
+  await checkKeys(t, { type: 'redis', redis: { url: server.url, keyPrefix: PREFIX } }, [server.port], false);
 });
 
 t.test('cluster: every key on every node has a TTL, the prefix and, per handle, the hash tag', async (t) => {
   const cluster = await startRedisCluster();
   t.teardown(() => cluster.stop());
-  await checkKeys(t, { type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: PREFIX } }, cluster.ports);
+  await checkKeys(t, { type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: PREFIX } }, cluster.ports, true);
 });

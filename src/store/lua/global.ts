@@ -49,3 +49,17 @@ else
 end
 return 1
 `;
+
+/**
+ * Cluster: forgets shards of the reservation directory that the sweep found empty, unless listed
+ * again since the cutoff (a reserve that just made the shard non-empty re-lists it).
+ * KEYS directory. ARGV cutoff, slot…
+ */
+export const PRUNE_SHARD_DIRECTORY = `
+local cutoff = tonumber(ARGV[1])
+for i = 2, #ARGV do
+  local listed = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if listed and listed < cutoff then redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return 1
+`;

@@ -2,7 +2,7 @@
 // `defineCommand` (EVALSHA, falling back to EVAL after a SCRIPT FLUSH or a restart). Embedded as
 // TypeScript strings so `tsc` ships them in dist/ with nothing to copy or locate at run time.
 import { ABANDON_CHARGE, ABORT_CHARGE, ATTACH_LINK, BEGIN_CHARGE, CLAIM_SETTLEMENT, TAKE_POLL_SLOT } from './charges.js';
-import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, TAKE_CHALLENGE_TOKEN } from './global.js';
+import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, PRUNE_SHARD_DIRECTORY, TAKE_CHALLENGE_TOKEN } from './global.js';
 import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
 import { PRELUDE } from './prelude.js';
 
@@ -23,6 +23,7 @@ const BODIES = {
   tbAcquireLease: ACQUIRE_LEASE,
   tbPayDevLink: PAY_DEV_LINK,
   tbIndexAdd: INDEX_ADD,
+  tbPruneShardDirectory: PRUNE_SHARD_DIRECTORY,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;
