@@ -161,7 +161,12 @@ export class Paywall {
     this.#logCall(priced, answer.outcome, answer.facts, 0);
   }
 
-  /** Asks the provider about one charge; a settled charge means reserving again, an underpaid one is final for its link (§7.4). */
+  /**
+   * Asks the provider about one charge; a settled charge means reserving again, an underpaid one is
+   * final for its link (§7.4), a dead or past-TTL one is abandoned (§7.2/§7.6): the challenge then
+   * opens a new link. A charge that cannot be read is not a reason to refuse once it is past its TTL
+   * or abandoned: its link is not shown again anyway, and the reconciler keeps polling it.
+   */
   async #settleThenReserve(
     priced: PricedCall,
     handleHash: string,
@@ -169,9 +174,25 @@ export class Paywall {
     decision: Extract<SpendDecision, { kind: 'insufficient' }>,
     charge: ChargeRecord,
   ): Promise<SpendDecision> {
-    const observation = await this.#deps.settler.observe(charge);
+    const withoutPending = (status: ChargeRecord['status']): Extract<SpendDecision, { kind: 'insufficient' }> => ({
+      ...decision,
+      pending: decision.pending?.nonce === charge.nonce ? null : decision.pending,
+      lastCharge: { ...charge, status },
+    });
+    let observation;
+    try {
+      observation = await this.#deps.settler.observe(charge);
+    } catch (error) {
+      if (charge.status === 'pending' && charge.expiresAt > this.#deps.now()) throw error; // its link would be shown: refuse instead
+      this.#deps.logger.info(
+        { evt: 'charge_unreadable', reqId: priced.reqId, code: failureCode(error) },
+        'the payment provider could not be read for a charge past its TTL; a new link is shown and the reconciler keeps polling the old one',
+      );
+      return charge.status === 'pending' ? withoutPending('abandoned') : decision;
+    }
     if (observation === 'granted' || observation === 'already_settled') return this.#reserve(priced, handleHash, reservationId, false);
-    if (observation === 'underpaid') return { ...decision, pending: decision.pending?.nonce === charge.nonce ? null : decision.pending, lastCharge: { ...charge, status: 'underpaid' } };
+    if (observation === 'underpaid') return withoutPending('underpaid');
+    if (observation === 'abandoned') return withoutPending('abandoned');
     return decision;
   }
 
@@ -271,7 +292,7 @@ export class Paywall {
   }
 
   #countFailure(priced: PricedCall, error: unknown, op = 'authorise'): void {
-    const code = error instanceof GatewayError ? error.code : error instanceof Error && 'kind' in error ? `provider_${String((error as { kind: unknown }).kind)}` : 'unknown';
+    const code = failureCode(error);
     if (error instanceof GatewayError && error.code === 'TB_ERR_STORE_UNAVAILABLE') this.#deps.metrics.storeErrors.inc({ op });
     this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId: priced.reqId, op, code }, 'a priced call was refused because the store or the payment provider failed');
   }
@@ -281,6 +302,12 @@ export class Paywall {
     metrics.paidCalls.inc({ tool: priced.call.name, sku: priced.price.sku, outcome });
     logger.info({ evt: 'call', reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, ...facts, outcome, cost, durationMs: now() - priced.startedAt });
   }
+}
+
+/** A failure's stable code for logs: the gateway code, or provider_<kind>. */
+function failureCode(error: unknown): string {
+  if (error instanceof GatewayError) return error.code;
+  return error instanceof Error && 'kind' in error ? `provider_${String((error as { kind: unknown }).kind)}` : 'unknown';
 }
 
 function challengeReason(decision: Extract<SpendDecision, { kind: 'insufficient' }>): ChallengeReason {

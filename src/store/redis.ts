@@ -17,6 +17,7 @@ import {
   OPENING_GRACE_MS,
   PENDING_REUSE_MARGIN_MS,
   RETENTION_MS,
+  chargeRecordEnd,
   type BeginChargeResult,
   type ChargeRecord,
   type ChargeStatus,
@@ -283,8 +284,9 @@ export class RedisStore implements Store {
     return this.call('takePollSlot', async () => {
       const keys = this.clustered ? [k.charges] : [k.charges, this.keys.dueCharges];
       const [taken, status, ends] = asArray(await this.run('tbTakePollSlot', keys, [nonce, now, minIntervalMs, nextPollAt, member, clock]));
-      // Cluster: (re)index a pending charge; a claim racing this leaves a member dueCharges drops.
-      if (Number(taken) === 1 && status === 'pending' && this.clustered) await this.indexAdd(this.keys.dueCharges, nextPollAt, member, Number(ends), clock, '');
+      // Cluster: (re)index a polled charge; a claim racing this leaves a member dueCharges drops.
+      const polled = status === 'pending' || status === 'abandoned';
+      if (Number(taken) === 1 && polled && this.clustered) await this.indexAdd(this.keys.dueCharges, nextPollAt, member, Number(ends), clock, '');
       return Number(taken) === 1;
     });
   }
@@ -302,15 +304,36 @@ export class RedisStore implements Store {
     });
   }
 
-  async abandonCharge(handleHash: string, nonce: string): Promise<boolean> {
+  async abandonCharge(handleHash: string, nonce: string, nextPollAt: number): Promise<boolean> {
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, nonce);
     const { dueCharges, liveCharges } = this.keys;
+    const clock = this.now();
     return this.call('abandonCharge', async () => {
       const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges];
-      const abandoned = Number(await this.run('tbAbandonCharge', keys, [nonce, member, this.now()])) === 1;
-      if (abandoned && this.clustered) await Promise.all([this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member)]);
-      return abandoned;
+      const ends = Number(await this.run('tbAbandonCharge', keys, [nonce, member, clock, nextPollAt]));
+      // Cluster: it stays due (late payments); a lost ZADD is restored by the next takePollSlot of a retry.
+      if (ends > 0 && this.clustered) await Promise.all([this.indexAdd(dueCharges, nextPollAt, member, ends, clock, ''), this.client.zrem(liveCharges, member)]);
+      return ends > 0;
+    });
+  }
+
+  async expireCharge(handleHash: string, nonce: string, now: number): Promise<boolean> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, nonce);
+    const { dueCharges, liveCharges, allCharges } = this.keys;
+    const clock = this.now();
+    return this.call('expireCharge', async () => {
+      const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges, allCharges];
+      const charge = parseCharge(await this.run('tbExpireCharge', keys, [nonce, member, now, clock]));
+      if (!charge) return false;
+      const ends = chargeEnd(charge);
+      const companions: Promise<unknown>[] = [];
+      // The provider-ref key lives in its own slot: extended beside the script (a webhook may still name the link).
+      if (charge.providerRef) companions.push(this.client.pexpireat(this.keys.providerRef(charge.providerRef), ends));
+      if (this.clustered) companions.push(this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member), this.indexAdd(allCharges, ends, member, ends, clock, 'end'));
+      await Promise.all(companions);
+      return true;
     });
   }
 
@@ -322,11 +345,12 @@ export class RedisStore implements Store {
       async () => {
         const members = await this.client.zrangebyscore(index, '-inf', now, 'LIMIT', 0, limit);
         const charges = await this.readCharges(members);
-        // Members whose charge is gone or no longer pending (possible in Cluster mode) are dropped.
-        const stale = members.filter((_, i) => charges[i]?.status !== 'pending');
+        // Members whose charge is gone or no longer polled (possible in Cluster mode) are dropped.
+        const polled = (charge: ChargeRecord | null): charge is ChargeRecord => charge?.status === 'pending' || charge?.status === 'abandoned';
+        const stale = members.filter((_, i) => !polled(charges[i] ?? null));
         if (stale.length > 0) await this.client.zrem(index, ...stale);
         return charges
-          .filter((charge): charge is ChargeRecord => charge?.status === 'pending' && charge.nextPollAt <= now)
+          .filter((charge): charge is ChargeRecord => polled(charge) && charge.nextPollAt <= now)
           .sort((a, b) => a.nextPollAt - b.nextPollAt);
       },
       LISTING_BUDGET_MS,
@@ -523,8 +547,7 @@ function parseCharge(raw: Reply | undefined): ChargeRecord | null {
   return typeof raw === 'string' ? (JSON.parse(raw) as ChargeRecord) : null;
 }
 
-/** When a charge record expires: mirrors charge_end in lua/prelude.ts. */
-const chargeEnd = (charge: ChargeRecord): number => (charge.status === 'opening' ? charge.expiresAt : charge.expiresAt + RETENTION_MS);
+const chargeEnd = chargeRecordEnd;
 
 /** The handle keys on one node (standalone or a Cluster master) that are live and carry this fingerprint. */
 async function scanHandles(node: Redis, pattern: string, fingerprint: string, now: number): Promise<string[]> {

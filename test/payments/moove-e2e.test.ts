@@ -288,6 +288,78 @@ t.test('late payment: after the reconciler abandoned the charge, polling only, t
   t.equal((await r.gateway.store.listCharges('settled')).length, 1);
 });
 
+t.test('dead link: a link Moove reports inactive before chargeTtl is never shown again; a late payment on it is still granted', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.fake.expire(linkIdOf(first.checkoutUrl)); // inactive long before our chargeTtl
+  r.travel(3_000);
+  const second = challengeOf(await r.call(first.retry.value));
+  t.equal(second.reason, 'payment_required');
+  t.not(second.checkoutUrl, first.checkoutUrl, 'a new link, not the dead one');
+  t.equal(second.retry.value, first.retry.value, 'the same handle');
+  r.travel(3_000);
+  t.equal(challengeOf(await r.call(first.retry.value)).checkoutUrl, second.checkoutUrl, 'and the new link is the one shown from now on');
+  t.equal(creates(r.fake), 2);
+
+  await r.fake.pay(linkIdOf(first.checkoutUrl), '5.00'); // the payer still managed to pay the old one
+  r.travel(3_000);
+  const paid = await r.call(first.retry.value);
+  t.not(paid.isError, true, 'the late payment on the dead link is granted');
+  t.same(paid._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 });
+  t.equal(creates(r.fake), 2, 'no third link');
+});
+
+t.test('dead link: a link Moove answers 404 for before chargeTtl is abandoned and the next challenge opens a new link', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.fake.remove(linkIdOf(first.checkoutUrl));
+  r.travel(3_000);
+  const second = challengeOf(await r.call(first.retry.value));
+  t.equal(second.reason, 'payment_required');
+  t.not(second.checkoutUrl, first.checkoutUrl, 'a new link');
+  t.equal((await r.gateway.store.listCharges('abandoned')).length, 1, 'the dead charge is abandoned');
+});
+
+t.test('unreadable: past its TTL, a charge Moove will not answer for gives way to a new link, not payments_unavailable', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.fake.failNext(100_000, { status: 503 }, { method: 'GET', path: `/v1/payment-link/${linkIdOf(first.checkoutUrl)}` });
+  r.travel(CHARGE_TTL);
+  const second = await r.call(first.retry.value);
+  t.equal(refusalOf(second), undefined, 'not refused');
+  const challenge = challengeOf(second);
+  t.not(challenge.checkoutUrl, first.checkoutUrl, 'a new link');
+  t.ok(Date.parse(challenge.expiresAt) > r.gateway.config.payments.chargeTtl + Date.parse(first.expiresAt) - CHARGE_TTL, 'with a later expiry');
+  r.travel(3_000);
+  t.equal(challengeOf(await r.call(first.retry.value)).checkoutUrl, challenge.checkoutUrl, 'the next retry shows the new link again, no flapping');
+});
+
+t.test('late payment: polling only, a payment on an older abandoned charge of the handle is granted by the reconciler', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.travel(CHARGE_TTL + MINUTE);
+  await r.gateway.reconciler.tick();
+  const second = challengeOf(await r.call(first.retry.value));
+  t.not(second.checkoutUrl, first.checkoutUrl);
+  r.travel(CHARGE_TTL + MINUTE);
+  await r.gateway.reconciler.tick();
+  t.equal((await r.gateway.store.listCharges('abandoned')).length, 2, 'two abandoned charges on one handle');
+
+  await r.fake.pay(linkIdOf(first.checkoutUrl), '5.00'); // the older one, not the handle's last charge
+  for (let hour = 0; hour < 3 && (await r.balance(first.retry.value)) === 0; hour++) {
+    r.travel(60 * MINUTE);
+    await r.gateway.reconciler.tick();
+  }
+  t.equal(await r.balance(first.retry.value), 3, 'granted within the 1 h cap of the slow backoff');
+  for (let i = 0; i < 3; i++) {
+    r.travel(60 * MINUTE);
+    await r.gateway.reconciler.tick();
+  }
+  t.equal(await r.balance(first.retry.value), 3, 'exactly once');
+  const paid = await r.call(first.retry.value);
+  t.same(paid._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 });
+});
+
 t.test('account not ready (409): refused payments_unavailable, never retried, one operator line over several calls', async (t) => {
   const r = await rig(t);
   r.fake.accountNotReady = true;

@@ -140,7 +140,7 @@ t.test('settlement: an underpaid charge is final: a later full reading grants no
 t.test('settlement: a payment that completes after the charge was abandoned is still granted', async (t) => {
   const { store, settler } = harness();
   const charge = await pendingCharge(store);
-  t.ok(await store.abandonCharge(charge.handleHash, charge.nonce), 'abandoned');
+  t.ok(await store.abandonCharge(charge.handleHash, charge.nonce, charge.expiresAt + 60_000), 'abandoned');
   t.equal(await settler.apply({ ...charge, status: 'abandoned' }, completed('5.00')), 'granted');
   t.equal(await balanceOf(store, charge), 250);
   t.equal((await store.getCharge(charge.handleHash, charge.nonce))?.status, 'settled');

@@ -41,7 +41,10 @@ async function exerciseEveryOperation(store: RedisStore): Promise<void> {
   await store.claimSettlement({ handleHash: 'bb22', nonce: 'n-settled', outcome: 'settled', credits: 10, receivedAmount: '5.00' });
   await open('abandoned', 'n-abandoned');
   await store.attachLink('bb22', 'n-abandoned', { providerRef: 'ref-abandoned', checkoutUrl: 'https://pay.test/abandoned' });
-  await store.abandonCharge('bb22', 'n-abandoned');
+  await store.abandonCharge('bb22', 'n-abandoned', now + HOUR + 60_000);
+  await open('expired', 'n-expired');
+  await store.attachLink('bb22', 'n-expired', { providerRef: 'ref-expired', checkoutUrl: 'https://pay.test/expired' });
+  await store.expireCharge('bb22', 'n-expired');
   await open('aborted', 'n-aborted');
   await store.abortCharge('bb22', 'n-aborted');
   await open('pending', 'n-pending');
