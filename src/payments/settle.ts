@@ -7,6 +7,7 @@
 //   stays on the reconciler's schedule, slower, for the retention window, so a late payment on any
 //   abandoned charge is found without webhooks;
 // - at its last look, a charge the provider still will not let us read is marked expired.
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { RETENTION_MS, type ChargeRecord, type Store } from '../store/store.js';
@@ -43,8 +44,13 @@ export interface SettlerDeps {
   random?: () => number;
 }
 
+/** How often a retry that waits for another replica's read looks at the charge again. */
+const WAIT_POLL_MS = 50;
+
 export class Settler {
   readonly #deps: SettlerDeps;
+  /** Reads in flight in this process, by charge: a second observer joins the first instead of waiting on the store. */
+  readonly #reading = new Map<string, Promise<Observation>>();
 
   constructor(deps: SettlerDeps) {
     this.#deps = deps;
@@ -73,18 +79,42 @@ export class Settler {
    * moves its lifecycle on (see the top of this file). A read failure is rethrown unless this
    * observation abandoned the charge (the caller then shows a new link) or it was a 404 (a dead link).
    * @param bypassPollFloor webhooks re-read at once: their payload is a trigger, never evidence
+   * @param awaitOtherRead the agent's retry (§6.5 last rule): when another observer holds the poll
+   *   slot, wait for its read (at most the poll floor) and answer with its outcome, instead of 'skipped'
    */
-  async observe(charge: ChargeRecord, options: { bypassPollFloor?: boolean } = {}): Promise<Observation> {
-    const { store, provider, now } = this.#deps;
+  async observe(charge: ChargeRecord, options: { bypassPollFloor?: boolean; awaitOtherRead?: boolean } = {}): Promise<Observation> {
     if (charge.status === 'settled' || charge.status === 'underpaid') return 'already_settled';
-    if (!charge.providerRef) return 'skipped';
+    const providerRef = charge.providerRef;
+    if (!providerRef) return 'skipped';
+    const key = `${charge.handleHash}\n${charge.nonce}`;
+    const inFlight = this.#reading.get(key);
+    // The same outcome (or failure) as the read already under way.
+    if (inFlight && !options.bypassPollFloor) return joined(await inFlight);
+    const reading = this.#observeOnce(charge, providerRef, options.bypassPollFloor === true);
+    this.#reading.set(key, reading);
+    try {
+      const observation = await reading;
+      return observation === 'skipped' && options.awaitOtherRead ? await this.#awaitOtherRead(charge) : observation;
+    } finally {
+      if (this.#reading.get(key) === reading) this.#reading.delete(key);
+    }
+  }
+
+  /** A provider told us a link changed (webhook, dev pay action): re-read it now. Unknown links change nothing. */
+  async observeByRef(providerRef: string): Promise<Observation> {
+    const charge = await this.#deps.store.findChargeByRef(providerRef);
+    return charge ? this.observe(charge, { bypassPollFloor: true }) : 'skipped';
+  }
+
+  async #observeOnce(charge: ChargeRecord, providerRef: string, bypassPollFloor: boolean): Promise<Observation> {
+    const { store, provider, now } = this.#deps;
     const at = now();
-    const floor = options.bypassPollFloor ? 0 : POLL_FLOOR_MS;
+    const floor = bypassPollFloor ? 0 : POLL_FLOOR_MS;
     if (!(await store.takePollSlot(charge.handleHash, charge.nonce, at, floor, this.nextPollAt(charge, at)))) return 'skipped';
     // Provider requests are counted by the provider itself (tollbooth_provider_requests_total).
     let reading: ChargeReading;
     try {
-      reading = await provider.readCharge(charge.providerRef);
+      reading = await provider.readCharge(providerRef);
     } catch (error) {
       // 404 before our TTL: a dead link (§7.2). Any other failure: unknown, but a link past its TTL
       // is not shown again whatever the provider says, and the charge stays polled.
@@ -99,10 +129,26 @@ export class Settler {
     return (await this.#afterUnpaidReading(charge, at, reading.status === 'expired', false)) ?? (reading.status === 'active' ? 'still_pending' : 'expired');
   }
 
-  /** A provider told us a link changed (webhook, dev pay action): re-read it now. Unknown links change nothing. */
-  async observeByRef(providerRef: string): Promise<Observation> {
-    const charge = await this.#deps.store.findChargeByRef(providerRef);
-    return charge ? this.observe(charge, { bypassPollFloor: true }) : 'skipped';
+  /**
+   * Another replica holds the poll slot: watch the charge in the store until that read has changed it
+   * (claimed or abandoned) or the slot's floor has passed (at most POLL_FLOOR_MS of real time), then
+   * take one more look ourselves if the slot is free again.
+   */
+  async #awaitOtherRead(charge: ChargeRecord): Promise<Observation> {
+    const { store, now } = this.#deps;
+    const started = performance.now();
+    const first = await store.getCharge(charge.handleHash, charge.nonce);
+    const waitMs = Math.min(POLL_FLOOR_MS, Math.max(0, (first?.lastPolledAt ?? 0) + POLL_FLOOR_MS - now()));
+    let current = first;
+    while (current && current.status === charge.status && performance.now() - started < waitMs) {
+      await sleep(WAIT_POLL_MS);
+      current = await store.getCharge(charge.handleHash, charge.nonce);
+    }
+    if (!current) return 'skipped';
+    if (current.status === 'settled') return 'already_settled';
+    if (current.status === 'underpaid') return 'underpaid';
+    if (current.status !== charge.status) return current.status === 'abandoned' ? 'abandoned' : 'skipped';
+    return current.providerRef ? this.#observeOnce(current, current.providerRef, false) : 'skipped';
   }
 
   /** Settles a charge from a provider reading (exported for tests and the reconciler). */
@@ -146,4 +192,9 @@ export class Settler {
     metrics.settlements.inc({ sku: charge.sku, result: 'expired' });
     return 'abandoned';
   }
+}
+
+/** What an observer that joined another's read in this process answers: a grant is someone else's. */
+function joined(observation: Observation): Observation {
+  return observation === 'granted' ? 'already_settled' : observation;
 }

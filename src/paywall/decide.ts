@@ -181,7 +181,7 @@ export class Paywall {
     });
     let observation;
     try {
-      observation = await this.#deps.settler.observe(charge);
+      observation = await this.#deps.settler.observe(charge, { awaitOtherRead: true });
     } catch (error) {
       if (charge.status === 'pending' && charge.expiresAt > this.#deps.now()) throw error; // its link would be shown: refuse instead
       this.#deps.logger.info(

@@ -74,6 +74,8 @@ export class MooveFake {
   requirePublicAuth = false;
   /** Where pay() delivers a signed webhook, when set. */
   webhookTarget: { url: string; secret: string } | null = null;
+  /** How long a link read takes to answer (Moove's latency); the link's state is taken when the request arrives. */
+  readDelayMs = 0;
   inactiveLagMs: number;
 
   readonly #server: Server;
@@ -214,6 +216,7 @@ export class MooveFake {
 
     const answer = this.#route(method, path, key, body, raw.length > 0);
     entry.answer = answer.status;
+    if (method === 'GET' && this.readDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.readDelayMs));
     reply(res, answer.status, answer.body);
   }
 

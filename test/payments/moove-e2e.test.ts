@@ -131,6 +131,20 @@ t.test('pay on Moove, then the retry runs the tool and spends one credit', async
   t.equal(reads(r.fake), 1, 'the retry read the link once');
 });
 
+t.test('two concurrent retries after payment both run: the one without the poll slot waits for the other\'s read (§6.5)', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const challenge = challengeOf(await r.call());
+  await r.fake.pay(linkIdOf(challenge.checkoutUrl), '5.00');
+  r.fake.readDelayMs = 400; // Moove answers slowly: the second retry arrives while the first is reading
+  const [a, b] = await Promise.all([r.call(challenge.retry.value), r.call(challenge.retry.value)]);
+  for (const result of [a, b]) {
+    t.equal(result._meta?.['xyz.tollbooth/challenge'], undefined, 'no challenge: the link was just paid');
+    t.not(result.isError, true, 'the tool ran');
+  }
+  t.equal(await r.balance(challenge.retry.value), 1, 'one pack of 3 granted, two credits spent');
+  t.equal(reads(r.fake), 1, 'one provider read served both');
+});
+
 t.test('a retry before paying is challenged again with the same link, and opens no second link', async (t) => {
   const r = await rig(t);
   const first = challengeOf(await r.call());
