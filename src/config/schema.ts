@@ -176,6 +176,8 @@ export const configSchema = z
       .strictObject({
         perHandle: rateSchema.default({ ratePerSecond: 2, burst: 10 }),
         challengesPerClient: rateSchema.default({ ratePerSecond: 0.2, burst: 5 }),
+        // Every replica together: new checkout links opened per second (a burst of as many), §6.2 step 2.
+        newChargesPerSecond: z.number('a positive number of new charges per second').positive('a positive number of new charges per second').default(20),
       })
       .prefault({}),
     auth: authSchema.prefault({}),

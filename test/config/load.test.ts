@@ -304,7 +304,7 @@ t.test('defaults are applied and publicUrl/audience are derived', async (t) => {
     reconcile: { interval: 60_000 },
   });
   t.same(config.handles, { argumentName: 'tollboothToken', ttl: 30 * 86_400_000, hashSecret: '' });
-  t.same(config.limits, { perHandle: { ratePerSecond: 2, burst: 10 }, challengesPerClient: { ratePerSecond: 0.2, burst: 5 } });
+  t.same(config.limits, { perHandle: { ratePerSecond: 2, burst: 10 }, challengesPerClient: { ratePerSecond: 0.2, burst: 5 }, newChargesPerSecond: 20 });
   t.equal(config.auth.mode, 'none');
   t.equal(config.auth.audience, 'http://127.0.0.1:8080/mcp');
   t.same(config.auth.algorithms, ['RS256', 'ES256', 'EdDSA']);
