@@ -88,16 +88,19 @@ export class Settler {
     if (!providerRef) return 'skipped';
     const key = `${charge.handleHash}\n${charge.nonce}`;
     const inFlight = this.#reading.get(key);
-    // The same outcome (or failure) as the read already under way.
-    if (inFlight && !options.bypassPollFloor) return joined(await inFlight);
-    const reading = this.#observeOnce(charge, providerRef, options.bypassPollFloor === true);
-    this.#reading.set(key, reading);
-    try {
-      const observation = await reading;
-      return observation === 'skipped' && options.awaitOtherRead ? await this.#awaitOtherRead(charge) : observation;
-    } finally {
-      if (this.#reading.get(key) === reading) this.#reading.delete(key);
+    let observation: Observation;
+    if (inFlight && !options.bypassPollFloor) {
+      observation = joined(await inFlight); // the same outcome (or failure) as the read already under way
+    } else {
+      const reading = this.#observeOnce(charge, providerRef, options.bypassPollFloor === true);
+      this.#reading.set(key, reading);
+      try {
+        observation = await reading;
+      } finally {
+        if (this.#reading.get(key) === reading) this.#reading.delete(key);
+      }
     }
+    return observation === 'skipped' && options.awaitOtherRead ? this.#awaitOtherRead(charge) : observation;
   }
 
   /** A provider told us a link changed (webhook, dev pay action): re-read it now. Unknown links change nothing. */

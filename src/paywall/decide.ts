@@ -11,7 +11,7 @@ import { fingerprint } from '../observability/fingerprint.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
 import type { PaymentProvider } from '../payments/provider.js';
-import type { Settler } from '../payments/settle.js';
+import type { Observation, Settler } from '../payments/settle.js';
 import type { ChargeRecord, SpendDecision, Store } from '../store/store.js';
 import type { ExchangeOutcome } from '../proxy/exchange.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason, type ResultShape } from './challenge.js';
@@ -190,7 +190,7 @@ export class Paywall {
       pending: decision.pending?.nonce === charge.nonce ? null : decision.pending,
       lastCharge: { ...charge, status },
     });
-    let observation;
+    let observation: Observation;
     try {
       observation = await this.#deps.settler.observe(charge, { awaitOtherRead: true });
     } catch (error) {

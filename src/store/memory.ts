@@ -276,8 +276,8 @@ export class MemoryStore implements Store {
   }
 
   /**
-   * Exactly once (§7.5): only a 'pending' or 'abandoned' charge can be claimed (a late payment is
-   * still granted). If the handle expired meanwhile the claim still records the outcome (status,
+   * Exactly once (§7.5): only a 'pending', 'abandoned' or 'expired' charge can be claimed (a late
+   * payment is still granted). If the handle expired meanwhile the claim still records the outcome (status,
    * receivedAmount) so the operator sees the money, but there is nothing to credit: grantedCredits
    * is 0 and the balance returned is 0.
    */

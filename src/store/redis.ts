@@ -223,7 +223,7 @@ export class RedisStore implements Store {
       const [kind, existing] = asArray(await this.run('tbBeginCharge', keys, [sku, nonce, JSON.stringify(charge), now, member, clock, OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS]));
       if (kind === 'existing') return { kind: 'existing', charge: parseCharge(existing) as ChargeRecord };
       if (this.clustered) {
-        const ends = chargeEnd(charge);
+        const ends = chargeRecordEnd(charge);
         await Promise.all([this.indexAdd(allCharges, ends, member, ends, clock, 'end'), this.indexAdd(liveCharges, ends, member, ends, clock, 'end')]);
       }
       return { kind: 'begun', charge };
@@ -240,7 +240,7 @@ export class RedisStore implements Store {
       const keys = this.clustered ? [k.charges] : [k.charges, dueCharges, liveCharges, allCharges, refKey];
       const charge = parseCharge(await this.run('tbAttachLink', keys, [nonce, link.providerRef, link.checkoutUrl, member, clock]));
       if (charge && this.clustered) {
-        const ends = chargeEnd(charge);
+        const ends = chargeRecordEnd(charge);
         await Promise.all([
           this.indexAdd(dueCharges, charge.nextPollAt, member, ends, clock, ''),
           this.indexAdd(liveCharges, ends, member, ends, clock, 'end'),
@@ -327,7 +327,7 @@ export class RedisStore implements Store {
       const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges, allCharges];
       const charge = parseCharge(await this.run('tbExpireCharge', keys, [nonce, member, now, clock]));
       if (!charge) return false;
-      const ends = chargeEnd(charge);
+      const ends = chargeRecordEnd(charge);
       const companions: Promise<unknown>[] = [];
       // The provider-ref key lives in its own slot: extended beside the script (a webhook may still name the link).
       if (charge.providerRef) companions.push(this.client.pexpireat(this.keys.providerRef(charge.providerRef), ends));
@@ -464,7 +464,9 @@ export class RedisStore implements Store {
     for (const slot of slots) {
       const node = masters.get(cluster.slots[slot]?.[0] ?? '');
       if (!node) continue;
-      byNode.set(node, [...(byNode.get(node) ?? []), slot]);
+      const nodeSlots = byNode.get(node);
+      if (nodeSlots) nodeSlots.push(slot);
+      else byNode.set(node, [slot]);
     }
     const found: { member: string; deadline: number }[] = [];
     const empty: number[] = [];
@@ -509,7 +511,7 @@ export class RedisStore implements Store {
 
   /** A charge past its end (link expiry + retention) reads as gone, as in the memory store. */
   private liveCharge(charge: ChargeRecord | null): ChargeRecord | null {
-    return charge && chargeEnd(charge) > this.now() ? charge : null;
+    return charge && chargeRecordEnd(charge) > this.now() ? charge : null;
   }
 
   private indexAdd(index: string, score: number, member: string, liveUntil: number, now: number, mode: 'end' | ''): Promise<Reply> {
@@ -546,8 +548,6 @@ const asArray = (reply: Reply): Reply[] => (Array.isArray(reply) ? reply : [repl
 function parseCharge(raw: Reply | undefined): ChargeRecord | null {
   return typeof raw === 'string' ? (JSON.parse(raw) as ChargeRecord) : null;
 }
-
-const chargeEnd = chargeRecordEnd;
 
 /** The handle keys on one node (standalone or a Cluster master) that are live and carry this fingerprint. */
 async function scanHandles(node: Redis, pattern: string, fingerprint: string, now: number): Promise<string[]> {
