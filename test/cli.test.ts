@@ -56,6 +56,23 @@ const missingFile = join(dir, 'nope.yaml');
 const invalidFile = configFile('invalid.yaml', INVALID);
 const envFile = configFile('from-env.yaml', 'upstream: { url: "http://127.0.0.1:3001/mcp" }\nserver: { port: 9191 }\n');
 const unknownHandle = mintHandle();
+// SPEC §10: connection-string secrets in Sentinel and Cluster URLs (nothing listens on port 1).
+const SENTINEL_SECRET = 'sentinel-secret-Jw3p';
+const MASTER_SECRET = 'master-secret-Ud6c';
+const SEED_SECRET = 'seed-secret-Fa9n';
+const URL_SECRETS = new RegExp(`${SENTINEL_SECRET}|${MASTER_SECRET}|${SEED_SECRET}`);
+const sentinelFile = configFile(
+  'sentinel.yaml',
+  `upstream: { url: "http://127.0.0.1:3001/mcp" }\nstore: { type: redis, redis: { url: "redis://127.0.0.1:1,127.0.0.1:2/0?sentinelMasterName=mymaster&sentinelPassword=${SENTINEL_SECRET}" } }\n`,
+);
+const sentinelAuthFile = configFile(
+  'sentinel-auth.yaml',
+  `upstream: { url: "http://127.0.0.1:3001/mcp" }\nstore: { type: redis, redis: { url: "redis://:${MASTER_SECRET}@127.0.0.1:1/0?sentinelMasterName=mymaster&sentinelPassword=${SENTINEL_SECRET}" } }\n`,
+);
+const clusterFile = configFile(
+  'cluster.yaml',
+  `upstream: { url: "http://127.0.0.1:3001/mcp" }\nstore: { type: redis, redis: { cluster: ["redis://:${SEED_SECRET}@127.0.0.1:1", "redis://127.0.0.1:2?password=${SEED_SECRET}"] } }\n`,
+);
 const runs = {
   check: tollbooth(['check', '--config', validFile], ENV),
   checkFromEnv: tollbooth(['check'], { TOLLBOOTH_CONFIG: envFile }),
@@ -66,6 +83,10 @@ const runs = {
   showWithoutArgument: tollbooth(['handle', 'show', '--config', validFile], ENV),
   chargesList: tollbooth(['charges', 'list', '--status', 'pending', '--config', validFile], ENV),
   grantBadCredits: tollbooth(['credits', 'grant', unknownHandle, '--sku', 'research', '--credits', 'ten', '--reason', 'x', '--config', validFile], ENV),
+  checkSentinel: tollbooth(['check', '--config', sentinelFile]),
+  checkCluster: tollbooth(['check', '--config', clusterFile]),
+  chargesListSentinel: tollbooth(['charges', 'list', '--config', sentinelAuthFile]),
+  chargesListCluster: tollbooth(['charges', 'list', '--config', clusterFile]),
   grantUnknownHandle: tollbooth(['credits', 'grant', unknownHandle, '--sku', 'research', '--credits', '10', '--reason', 'x', '--config', validFile], ENV),
 };
 
@@ -135,4 +156,24 @@ t.test('credits grant with a bad credit count is a usage error, an unknown handl
   t.equal(unknown.code, 1);
   t.match(unknown.stderr, 'no live handle tb_s_');
   t.notMatch(unknown.stderr, unknownHandle);
+});
+
+t.test('check masks the secrets of a Sentinel URL (sentinelPassword in the query) and of Cluster seed URLs', async (t) => {
+  const sentinel = await runs.checkSentinel;
+  t.equal(sentinel.code, 0, sentinel.stderr);
+  t.match(sentinel.stdout, 'url: redis://127.0.0.1:1,127.0.0.1:2/0?sentinelMasterName=mymaster&sentinelPassword=***');
+  t.notMatch(sentinel.stdout, URL_SECRETS);
+  const cluster = await runs.checkCluster;
+  t.equal(cluster.code, 0, cluster.stderr);
+  t.match(cluster.stdout, 'redis://:***@127.0.0.1:1');
+  t.match(cluster.stdout, 'redis://127.0.0.1:2?password=***');
+  t.notMatch(cluster.stdout, URL_SECRETS);
+});
+
+t.test('an admin verb against a store that cannot connect: exit 1, and neither the error nor the log lines carry a URL secret', async (t) => {
+  for (const run of [await runs.chargesListSentinel, await runs.chargesListCluster]) {
+    t.equal(run.code, 1, run.stderr);
+    t.match(run.stderr, /tollbooth: cannot use the Redis store at .*\*\*\*/);
+    t.notMatch(run.stderr + run.stdout, URL_SECRETS);
+  }
 });
