@@ -8,6 +8,7 @@ import { stringify } from 'yaml';
 import { grantCredits, listCharges, showHandle, type AdminContext } from './admin.js';
 import { loadConfig } from './config/load.js';
 import { maskSecrets } from './config/mask.js';
+import type { GatewayConfig } from './config/schema.js';
 import { isGatewayError } from './errors.js';
 import { createLogger } from './observability/logger.js';
 import { createStore } from './store/create.js';
@@ -55,7 +56,7 @@ const VERBS: Record<string, Verb> = {
     run: async (configPath) => {
       const config = loadConfig(configPath);
       process.stdout.write(`# ${configPath} is valid. Effective config: defaults applied, durations in ms, sizes in bytes, secrets masked.\n`);
-      process.stdout.write(stringify(maskSecrets(config)));
+      process.stdout.write(stringify(printableConfig(config)));
       return 0;
     },
   },
@@ -141,6 +142,17 @@ async function withAdmin(configPath: string, verb: (context: AdminContext) => Pr
   } finally {
     await store.close();
   }
+}
+
+/**
+ * The effective config as `check` prints it: secrets masked, and no moove block unless the provider
+ * is moove — printed back, its defaulted baseUrl would be a filled-in block (an error, SPEC §20).
+ */
+function printableConfig(config: GatewayConfig): unknown {
+  const masked = maskSecrets(config);
+  if (masked.payments.provider === 'moove') return masked;
+  const { moove: _unused, ...payments } = masked.payments;
+  return { ...masked, payments };
 }
 
 function asString(value: string | boolean | undefined): string | undefined {

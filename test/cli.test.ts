@@ -73,6 +73,7 @@ const clusterFile = configFile(
   'cluster.yaml',
   `upstream: { url: "http://127.0.0.1:3001/mcp" }\nstore: { type: redis, redis: { cluster: ["redis://:${SEED_SECRET}@127.0.0.1:1", "redis://127.0.0.1:2?password=${SEED_SECRET}"] } }\n`,
 );
+const forgotProviderFile = configFile('forgot-provider.yaml', 'upstream: { url: "http://127.0.0.1:3001/mcp" }\npayments:\n  moove: { apiKey: "${MOOVE_API_KEY}" }\n');
 const runs = {
   check: tollbooth(['check', '--config', validFile], ENV),
   checkFromEnv: tollbooth(['check'], { TOLLBOOTH_CONFIG: envFile }),
@@ -83,6 +84,8 @@ const runs = {
   showWithoutArgument: tollbooth(['handle', 'show', '--config', validFile], ENV),
   chargesList: tollbooth(['charges', 'list', '--status', 'pending', '--config', validFile], ENV),
   grantBadCredits: tollbooth(['credits', 'grant', unknownHandle, '--sku', 'research', '--credits', 'ten', '--reason', 'x', '--config', validFile], ENV),
+  checkForgotProvider: tollbooth(['check', '--config', forgotProviderFile], ENV),
+  checkDev: tollbooth(['check', '--config', envFile]),
   checkSentinel: tollbooth(['check', '--config', sentinelFile]),
   checkCluster: tollbooth(['check', '--config', clusterFile]),
   chargesListSentinel: tollbooth(['charges', 'list', '--config', sentinelAuthFile]),
@@ -176,4 +179,19 @@ t.test('an admin verb against a store that cannot connect: exit 1, and neither t
     t.match(run.stderr, /tollbooth: cannot use the Redis store at .*\*\*\*/);
     t.notMatch(run.stderr + run.stdout, URL_SECRETS);
   }
+});
+
+t.test('check of a filled-in moove block without provider moove: exit 1, the message names payments.provider (SPEC §20)', async (t) => {
+  const run = await runs.checkForgotProvider;
+  t.equal(run.code, 1);
+  t.match(run.stderr, `${forgotProviderFile}:2:1 payments.provider: expected moove, because payments.moove sets apiKey`);
+  t.notMatch(run.stderr, /sk_live_key_value/, 'the key itself is not echoed');
+  t.equal(run.stdout, '');
+});
+
+t.test('the config check prints for a dev provider is itself a valid config (no moove block to trip over)', async (t) => {
+  const run = await runs.checkDev;
+  t.equal(run.code, 0, run.stderr);
+  t.notMatch(run.stdout, /moove:/);
+  t.equal(parseConfigText(run.stdout, 'printed.yaml', {}).payments.provider, 'dev');
 });

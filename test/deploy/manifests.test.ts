@@ -207,6 +207,9 @@ t.test('compose tollbooth.yaml switches to Moove from the environment, and refus
   if (moove.success) t.match(moove.data.payments, { provider: 'moove', moove: { apiKey: 'mk_test_dummy', webhookSecret: 'whsec_dummy' } });
   const keyless = configSchema.safeParse(expandEnv(raw, { TOLLBOOTH_PAYMENTS_PROVIDER: 'moove' }));
   t.notOk(keyless.success, 'provider moove without MOOVE_API_KEY is refused');
+  const forgotProvider = configSchema.safeParse(expandEnv(raw, { MOOVE_API_KEY: 'mk_test_dummy' }));
+  t.notOk(forgotProvider.success, 'MOOVE_API_KEY without TOLLBOOTH_PAYMENTS_PROVIDER=moove is refused (SPEC §20), never a free dev checkout');
+  if (!forgotProvider.success) t.same(forgotProvider.error.issues.map((issue) => issue.path.join('.')), ['payments.provider']);
 });
 
 const k8s = (file: string): any => readYaml(`deploy/kubernetes/${file}`);
