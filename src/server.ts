@@ -122,7 +122,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     openStreams,
   });
   registerOpsRoutes(app, { store: deps.store, upstream: deps.upstream, metrics: deps.metrics, metricsConfig: config.metrics });
-  if (deps.provider.name === 'dev') registerDevCheckout(app, { store: deps.store, now, onPaid: (linkId) => settler.observeByRef(linkId) });
+  if (deps.provider.name === 'dev') registerDevCheckout(app, { store: deps.store, publicUrl: config.server.publicUrl, now, onPaid: (linkId) => settler.observeByRef(linkId) });
   deps.registerProviderRoutes?.(app, settler);
 
   return {
