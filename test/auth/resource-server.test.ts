@@ -252,7 +252,7 @@ t.test('a sub that is present but not a non-empty string is refused, never repla
   invalidToken(t, await rs.authenticate(bearer(await shared.mint({ aud: PUBLIC_URL, claims: { client_id: 7 } })), {}), 'invalid_token');
 });
 
-t.test('a batch needs requiredScopes and every called tool\'s scopes; the 403 names that whole set (SPEC §20)', async (t) => {
+t.test("a batch needs requiredScopes and every called tool's scopes; the 403 names that whole set (SPEC §20)", async (t) => {
   const rs = server(t, shared, { requiredScopes: ['mcp:use'], toolScopes: { delete_file: ['files:write'], fetch: ['net:fetch', 'mcp:use'] } });
   const full = `Bearer error="insufficient_scope", scope="mcp:use files:write net:fetch", resource_metadata="${PRM}"`;
   for (const scope of ['mcp:use', 'mcp:use files:write', 'mcp:use net:fetch', 'files:write net:fetch']) {
