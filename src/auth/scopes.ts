@@ -1,12 +1,10 @@
 // Which OAuth scopes a request needs (SPEC §9, §20), and what a scope may be. One place for both:
-// the config schema validates scope strings with `isScopeToken`, the resource server asks
+// the config schema validates scope strings against `SCOPE_TOKEN`, the resource server asks
 // `scopeRequirements(auth).needed(tools)` for every request, single or batch.
 import type { GatewayConfig } from '../config/schema.js';
 
 // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ) — printable ASCII without space, `"` or `\`.
 export const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
-
-export const isScopeToken = (value: string): boolean => SCOPE_TOKEN.test(value);
 
 export interface ScopeRequirements {
   /**
