@@ -117,7 +117,7 @@ export function classifyAddress(address: string): AddressVerdict {
     if (embedding) {
       const embedded = ipv4At(ipv6Groups(bare), embedding.firstGroup);
       const verdict = classifyIpv4(embedded);
-      return verdict.public ? verdict : { public: false, why: `a ${embedding.form} address embedding ${embedded}, ${verdict.why as AddressClass}` };
+      return verdict.public ? verdict : { public: false, why: `a ${embedding.form} address embedding ${embedded}, ${verdict.why}` };
     }
     const hit = IPV6.find((rule) => rule.list.check(bare, 'ipv6'));
     if (hit) return { public: false, why: hit.label };
@@ -126,7 +126,7 @@ export function classifyAddress(address: string): AddressVerdict {
   return { public: false, why: 'not an IP address' };
 }
 
-function classifyIpv4(address: string): AddressVerdict {
+function classifyIpv4(address: string): { readonly public: true } | { readonly public: false; readonly why: AddressClass } {
   const hit = IPV4.find((rule) => rule.list.check(address, 'ipv4'));
   return hit ? { public: false, why: hit.label } : { public: true };
 }
