@@ -111,7 +111,7 @@ const x402Schema = z
     extra: z.strictObject({ name: z.string().min(1, 'a non-empty EIP-712 domain name'), version: z.string().min(1, 'a non-empty EIP-712 domain version') }).optional(),
   })
   .superRefine((value, ctx) => {
-    if (value.facilitatorUrl === '') return;
+    if (!isHttpUrl(value.facilitatorUrl)) return; // off, or already refused
     if (value.payTo === '' || /^0x0{40}$/.test(value.payTo)) {
       ctx.addIssue({ code: 'custom', path: ['payTo'], message: 'a non-zero payTo address because payments.x402.facilitatorUrl is set (where the payments go)', input: value.payTo });
     }
@@ -129,8 +129,11 @@ const x402Schema = z
   .transform((value) => {
     const enabled = value.facilitatorUrl !== '';
     const known = enabled && value.extra === undefined ? knownAsset(value.network, value.asset) : undefined;
-    const extra = value.extra ?? (known ? { name: known.name, version: known.version } : undefined);
-    return { ...value, enabled, extra };
+    const { extra: given, ...rest } = value;
+    const extra = given ?? (known ? { name: known.name, version: known.version } : undefined);
+    const resolved: typeof rest & { enabled: boolean; extra?: { name: string; version: string } } = { ...rest, enabled };
+    if (extra) resolved.extra = extra;
+    return resolved;
   });
 
 /** With x402 on: a SKU that asks for an x402 price must be in its currency, and some SKU must be (else the rail is dead). */
