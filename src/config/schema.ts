@@ -127,19 +127,16 @@ const x402Schema = z
     }
   })
   .transform((value) => {
-    const enabled = value.facilitatorUrl !== '';
-    const known = enabled && value.extra === undefined ? knownAsset(value.network, value.asset) : undefined;
-    const { extra: given, ...rest } = value;
-    const extra = given ?? (known ? { name: known.name, version: known.version } : undefined);
-    const resolved: typeof rest & { enabled: boolean; extra?: { name: string; version: string } } = { ...rest, enabled };
-    if (extra) resolved.extra = extra;
-    return resolved;
+    // The effective config must parse again (tollbooth check prints it): resolve extra, derive nothing else.
+    if (value.facilitatorUrl === '' || value.extra !== undefined) return value;
+    const known = knownAsset(value.network, value.asset);
+    return known ? { ...value, extra: { name: known.name, version: known.version } } : value;
   });
 
 /** With x402 on: a SKU that asks for an x402 price must be in its currency, and some SKU must be (else the rail is dead). */
-function checkX402Currencies(config: { payments: { x402: { enabled: boolean; currency: string } }; skus: Record<string, { currency: string; x402Price?: string | undefined }> }, ctx: z.RefinementCtx): void {
-  const { enabled, currency } = config.payments.x402;
-  if (!enabled) return;
+function checkX402Currencies(config: { payments: { x402: { facilitatorUrl: string; currency: string } }; skus: Record<string, { currency: string; x402Price?: string | undefined }> }, ctx: z.RefinementCtx): void {
+  const { facilitatorUrl, currency } = config.payments.x402;
+  if (!facilitatorUrl) return;
   let offered = 0;
   for (const [name, sku] of Object.entries(config.skus)) {
     if (sku.currency === currency) {

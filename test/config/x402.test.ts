@@ -27,19 +27,19 @@ function refusal(text: string): string {
 
 t.test('off by default, with the defaults of §19', async (t) => {
   const x402 = parse(yaml(...SKUS)).payments.x402;
-  t.same(x402, { facilitatorUrl: '', network: 'eip155:8453', asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913', assetDecimals: 6, currency: 'USDC', payTo: '', maxTimeoutSeconds: 120, enabled: false });
+  t.same(x402, { facilitatorUrl: '', network: 'eip155:8453', asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913', assetDecimals: 6, currency: 'USDC', payTo: '', maxTimeoutSeconds: 120 });
   t.notOk('extra' in x402);
 });
 
 t.test('an unset ${VAR} facilitatorUrl keeps it off, so nothing else is required', async (t) => {
   const config = parseConfigText(yaml(...SKUS, 'payments:', '  x402:', '    facilitatorUrl: ${X402_FACILITATOR:-}', '    network: "eip155:999999"'), FILE, {});
-  t.equal(config.payments.x402.enabled, false);
+  t.equal(config.payments.x402.facilitatorUrl, '');
+  t.equal(X402Rail.fromConfig(config, { store: new MemoryStore(), logger: createLogger('silent') }), null);
 });
 
 t.test('on with a known asset: extra comes from @x402/evm', async (t) => {
   const x402 = parse(yaml(...SKUS, ...on())).payments.x402;
-  t.equal(x402.enabled, true);
-  t.same(x402.extra, { name: 'USD Coin', version: '2' });
+    t.same(x402.extra, { name: 'USD Coin', version: '2' });
   const sepolia = parse(yaml(...SKUS, ...on('network: "eip155:84532"', 'asset: "0x036cbd53842c5426634e7929541ec2318f3dcf7e"'))).payments.x402;
   t.same(sepolia.extra, { name: 'USDC', version: '2' }, 'asset addresses match in any letter case');
 });
@@ -51,7 +51,7 @@ t.test('an explicit extra wins over the table', async (t) => {
 t.test('an unknown asset needs extra', async (t) => {
   const unknown = on('asset: "0x0000000000000000000000000000000000000abc"');
   t.match(refusal(yaml(...SKUS, ...unknown)), /payments\.x402\.extra: expected the token's EIP-712 domain \{ name, version \}: @x402\/evm does not know asset 0x0+abc on eip155:8453/);
-  t.equal(parse(yaml(...SKUS, ...on('asset: "0x0000000000000000000000000000000000000abc"', 'extra: { name: Token, version: "1" }'))).payments.x402.enabled, true);
+  t.equal(parse(yaml(...SKUS, ...on('asset: "0x0000000000000000000000000000000000000abc"', 'extra: { name: Token, version: "1" }'))).payments.x402.extra?.name, 'Token');
   t.match(refusal(yaml(...SKUS, ...on('network: "eip155:424242"'))), /payments\.x402\.extra/, 'an unknown network too');
 });
 
@@ -98,7 +98,7 @@ t.test('with x402 on, SKU currencies must fit the x402 currency', async (t) => {
   t.match(refusal(yaml(...euroWithX402Price, ...on())), /skus\.archive\.currency: expected the x402 currency "USDC" \(payments\.x402\.currency\) because this SKU sets x402Price, found the string "EUR"/);
   t.match(refusal(yaml('skus:', '  research: { label: R, amount: "5.00", currency: usdc, credits: 250 }', '  other: { label: O, amount: "5.00", currency: USDC, credits: 2 }', ...on())), /skus\.research\.currency: expected the x402 currency "USDC" \(payments\.x402\.currency\) because it differs only in letter case/);
   t.match(refusal(yaml('skus:', '  research: { label: R, amount: "5.00", currency: USD, credits: 250 }', ...on())), /payments\.x402\.currency: expected the currency of at least one SKU, because x402 is on \(SKU currencies: USD\)/);
-  t.equal(parse(yaml(...euroWithX402Price)).payments.x402.enabled, false, 'with x402 off, nothing is checked');
+  t.equal(parse(yaml(...euroWithX402Price)).skus.archive?.x402Price, '0.05', 'with x402 off, nothing is checked');
 });
 
 t.test('tollbooth check shows the x402 block; a password in the facilitator URL is masked', async (t) => {
@@ -114,4 +114,12 @@ t.test('X402Rail.fromConfig: null when off, a rail with the resolved terms when 
   const rail = X402Rail.fromConfig(parse(yaml(...SKUS, ...on())), deps);
   t.teardown(() => rail?.close());
   t.same(rail?.terms, { network: 'eip155:8453', asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913', assetDecimals: 6, currency: 'USDC', payTo: PAYEE, maxTimeoutSeconds: 120, extra: { name: 'USD Coin', version: '2' } });
+});
+
+t.test('the effective config with x402 on parses again unchanged (tollbooth check prints it)', async (t) => {
+  const { stringify } = await import('yaml');
+  const config = parse(yaml(...SKUS, ...on()));
+  const again = parseConfigText(stringify(maskSecrets(config)), FILE, {});
+  t.same(again.payments.x402, config.payments.x402);
+  t.same(again.skus, config.skus);
 });

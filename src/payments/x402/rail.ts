@@ -112,7 +112,7 @@ export class X402Rail {
   /** The rail for this config, or null when `payments.x402` is off. Without `deps.facilitator` it opens (and `close` closes) its own client. */
   static fromConfig(config: GatewayConfig, deps: Omit<X402RailOptions, 'terms' | 'facilitator'> & { facilitator?: Facilitator }): X402Rail | null {
     const x402 = config.payments.x402;
-    if (!x402.enabled || !x402.extra) return null; // validation guarantees extra when enabled
+    if (x402.facilitatorUrl === '' || !x402.extra) return null; // validation guarantees extra when on
     const owned = deps.facilitator ? null : new FacilitatorClient({ url: x402.facilitatorUrl, logger: deps.logger, ...(deps.metrics ? { metrics: deps.metrics } : {}), ...(deps.clock ? { clock: deps.clock } : {}) });
     const terms: X402Terms = { network: x402.network, asset: x402.asset, assetDecimals: x402.assetDecimals, currency: x402.currency, payTo: x402.payTo, maxTimeoutSeconds: x402.maxTimeoutSeconds, extra: x402.extra };
     const rail = new X402Rail({ ...deps, terms, facilitator: deps.facilitator ?? (owned as FacilitatorClient) });
