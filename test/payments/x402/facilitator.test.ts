@@ -2,7 +2,7 @@
 // never blindly retried, bounded deadlines and answers, typed errors without any outside text.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { createLogger } from '../../../src/observability/logger.js';
 import { createMetrics } from '../../../src/observability/metrics.js';
 import { FacilitatorClient, FacilitatorError } from '../../../src/payments/x402/facilitator.js';
@@ -16,7 +16,7 @@ const logger = createLogger('silent');
 const MARKER = 'ECHOED-BODY-MARKER';
 
 /** A facilitator that answers each request with the next scripted reply (status, body), and counts. */
-async function scripted(t: typeof import('tap').default, replies: { status: number; body: string }[]) {
+async function scripted(t: Test, replies: { status: number; body: string }[]) {
   const seen: string[] = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     let text = '';
@@ -39,7 +39,7 @@ async function signed() {
   return { requirements, payload };
 }
 
-const client = (t: typeof import('tap').default, url: string, extra: Partial<ConstructorParameters<typeof FacilitatorClient>[0]> = {}) => {
+const client = (t: Test, url: string, extra: Partial<ConstructorParameters<typeof FacilitatorClient>[0]> = {}) => {
   const metrics = createMetrics(async () => 0);
   const c = new FacilitatorClient({ url, logger, metrics, baseDelayMs: 5, maxDelayMs: 10, ...extra });
   t.teardown(() => c.close());

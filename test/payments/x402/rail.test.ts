@@ -2,14 +2,14 @@
 // libraries (SPEC §19): challenge additions, authorise (checks, verify, nonce claim), conclude
 // (settle only when the charge policy would commit; withhold on a failed settlement).
 import { PaymentRequiredV2Schema, PaymentPayloadV2Schema } from '@x402/core/schemas';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { MemoryStore } from '../../../src/store/memory.js';
 import { X402_NOTE_META_KEY, type X402Authorisation } from '../../../src/payments/x402/rail.js';
 import { startFakeFacilitator, type FakeFacilitator } from '../../helpers/x402-facilitator.js';
 import { clonePayload, newPayer } from '../../helpers/x402-payer.js';
 import { call, makeRail, metricValue, paidParams, paymentRequiredOf, plainChallenge, PRICE, randomAddress, TERMS } from './fixtures.js';
 
-type Tap = typeof t;
+type Tap = Test;
 
 async function setup(t: Tap, options: Parameters<typeof makeRail>[2] = {}) {
   const fake = await startFakeFacilitator();
