@@ -7,8 +7,7 @@ import pino from 'pino';
 import { stringify } from 'yaml';
 import { grantCredits, listCharges, showHandle, type AdminContext } from './admin.js';
 import { loadConfig } from './config/load.js';
-import { maskSecrets } from './config/mask.js';
-import type { GatewayConfig } from './config/schema.js';
+import { printableConfig } from './config/mask.js';
 import { isGatewayError } from './errors.js';
 import { redactHandles } from './observability/fingerprint.js';
 import { createLogger } from './observability/logger.js';
@@ -145,17 +144,6 @@ async function withAdmin(configPath: string, verb: (context: AdminContext) => Pr
   } finally {
     await store.close();
   }
-}
-
-/**
- * The effective config as `check` prints it: secrets masked, and no moove block unless the provider
- * is moove — printed back, its defaulted baseUrl would be a filled-in block (an error, SPEC §20).
- */
-function printableConfig(config: GatewayConfig): unknown {
-  const masked = maskSecrets(config);
-  if (masked.payments.provider === 'moove') return masked;
-  const { moove: _unused, ...payments } = masked.payments;
-  return { ...masked, payments };
 }
 
 function asString(value: string | boolean | undefined): string | undefined {

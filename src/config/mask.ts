@@ -14,6 +14,7 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   for (const name of Object.keys(copy.upstream.headers)) {
     copy.upstream.headers[name] = maskValue(copy.upstream.headers[name] ?? '');
   }
+  copy.payments.x402.facilitatorUrl = maskUrlSecrets(copy.payments.x402.facilitatorUrl);
   const { redis } = copy.store;
   if (redis) {
     if (redis.url !== undefined) redis.url = maskUrlSecrets(redis.url);
@@ -23,6 +24,18 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   moove.baseUrl = maskUrlSecrets(moove.baseUrl);
   copy.auth.jwksUrl = maskUrlSecrets(copy.auth.jwksUrl);
   return copy;
+}
+
+/**
+ * The effective config as `tollbooth check` prints it: secrets masked, and no moove block unless the
+ * provider is moove. Printed back, a dev config's defaulted moove.baseUrl would be a filled-in block,
+ * which is an error (SPEC §20); without it the printed config parses again.
+ */
+export function printableConfig(config: GatewayConfig): unknown {
+  const masked = maskSecrets(config);
+  if (masked.payments.provider === 'moove') return masked;
+  const { moove: _unused, ...payments } = masked.payments;
+  return { ...masked, payments };
 }
 
 function maskValue(value: string): string {

@@ -1,7 +1,7 @@
 // `tollbooth check` prints the effective config; every secret in it is masked, empty ones stay empty.
 import t from 'tap';
 import { parseConfigText } from '../../src/config/load.js';
-import { MASK, maskSecrets, maskUrlSecrets } from '../../src/config/mask.js';
+import { MASK, maskSecrets, maskUrlSecrets, printableConfig } from '../../src/config/mask.js';
 
 const withSecrets = `
 upstream:
@@ -102,4 +102,14 @@ t.test('upstream, JWKS and Moove URLs have their secrets masked too', async (t) 
   const masked = maskSecrets(config);
   t.equal(masked.upstream.url, 'http://user:***@u.example/mcp?token=***');
   t.notMatch(JSON.stringify(masked), /up-pw|up-token|moove-q|jwks-q/);
+});
+
+t.test('printableConfig (what check prints) drops the moove block unless the provider is moove, so it parses again', async (t) => {
+  const dev = parseConfigText('upstream: { url: "http://u/mcp" }\n', 'x.yaml', {});
+  const printed = printableConfig(dev) as { payments: Record<string, unknown> };
+  t.notOk('moove' in printed.payments);
+  const { stringify } = await import('yaml');
+  t.equal(parseConfigText(stringify(printed), 'printed.yaml', {}).payments.provider, 'dev');
+  const moove = printableConfig(parseConfigText(withSecrets, 'x.yaml', {})) as { payments: { moove: { apiKey: string } } };
+  t.equal(moove.payments.moove.apiKey, MASK, 'with provider moove the block stays, masked');
 });
