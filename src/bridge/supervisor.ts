@@ -1,58 +1,46 @@
-// Keeps one initialised stdio child alive: spawn, the gateway's own initialize handshake, restarts with
-// exponential backoff (reset after a good life), and the readiness the request path waits on.
-import { GatewayError } from '../errors.js';
-import { isResponseLike, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+// Keeps the one shared child alive (`sessions: shared`): the bridge's own initialize handshake, restarts
+// with exponential backoff (reset after a good life), and the readiness requests wait on.
 import type { Logger } from '../observability/logger.js';
-import { StdioChild, type ChildExit } from './stdio-child.js';
-import { CHILD_PROTOCOL_VERSION, parseInitializeResult, type ChildIdentity } from './stdio-router.js';
+import { describeExit, type ChildExit, type ChildOptions, type StdioChild } from './child.js';
+import { startInitialisedChild } from './handshake.js';
+import type { ChildIdentity } from './protocol.js';
+import type { ChildPort } from './multiplexer.js';
 
-const INIT_TIMEOUT_MS = 10_000;
 /** A request arriving while the child restarts waits this long for it before it is refused. */
 const READY_WAIT_MS = 5_000;
 /** A child that lived this long resets the restart backoff. */
 const GOOD_LIFE_MS = 60_000;
-const DEFAULT_BACKOFF = { initialMs: 250, maxMs: 10_000 };
-const GATEWAY_CLIENT_INFO = { name: 'tollbooth-gateway', version: '0.1.0' };
-/** Declared so the child may ask; each request is relayed only to a client that declared the same capability. */
-const GATEWAY_CLIENT_CAPABILITIES = { sampling: {}, elicitation: { form: {}, url: {} }, roots: { listChanged: true } };
+
+/** What the shared child is told about its client: everything a client may be asked for, relayed to one that declared it. */
+export const SHARED_CHILD_CAPABILITIES = { sampling: {}, elicitation: { form: {}, url: {} }, roots: { listChanged: true } };
 
 export interface SupervisorOptions {
+  child: ChildOptions;
   logger: Logger;
-  env?: NodeJS.ProcessEnv;
-  restartBackoff?: { initialMs: number; maxMs: number };
+  initializeTimeoutMs: number;
+  restartBackoff: { initialMs: number; maxMs: number };
 }
 
 export interface SupervisorHandlers {
-  /** A message from the current, initialised child (the handshake itself is not passed on). */
-  onMessage(message: unknown): void;
+  onMessage(message: unknown, bytes: number): void;
   /** The current child is gone; a restart is already scheduled unless the supervisor is closing. */
-  onExit(): void;
+  onExit(why: string): void;
 }
 
-export const unavailable = (message: string, cause?: unknown): GatewayError => new GatewayError('TB_ERR_UPSTREAM_UNAVAILABLE', message, { cause });
-
-export class StdioSupervisor {
-  readonly #command: readonly string[];
-  readonly #logger: Logger;
-  readonly #env: NodeJS.ProcessEnv;
-  readonly #backoff: { initialMs: number; maxMs: number };
+export class StdioSupervisor implements ChildPort {
+  readonly #options: SupervisorOptions;
   readonly #handlers: SupervisorHandlers;
   readonly #readyWaiters = new Set<(ok: boolean) => void>();
   #child: StdioChild | undefined;
   #identity: ChildIdentity | undefined;
-  #ready = false;
-  #pendingInit: { id: string; settle: (response: JsonRpcResponse | Error) => void } | undefined;
-  #launches = 0;
   #nextBackoffMs: number;
   #restartTimer: NodeJS.Timeout | undefined;
   #closing = false;
+  #lastFailure = 'not started yet';
 
-  constructor(command: readonly string[], options: SupervisorOptions, handlers: SupervisorHandlers) {
-    this.#command = command;
-    this.#logger = options.logger;
-    this.#env = options.env ?? process.env;
-    this.#backoff = options.restartBackoff ?? DEFAULT_BACKOFF;
-    this.#nextBackoffMs = this.#backoff.initialMs;
+  constructor(options: SupervisorOptions, handlers: SupervisorHandlers) {
+    this.#options = options;
+    this.#nextBackoffMs = options.restartBackoff.initialMs;
     this.#handlers = handlers;
   }
 
@@ -62,11 +50,15 @@ export class StdioSupervisor {
   }
 
   get ready(): boolean {
-    return this.#ready && this.#child?.alive === true;
+    return this.#child?.alive === true;
   }
 
-  get pid(): number | undefined {
-    return this.#child?.pid;
+  get child(): StdioChild | undefined {
+    return this.#child;
+  }
+
+  get detail(): string {
+    return this.ready ? `shared stdio child running (pid ${this.#child?.pid ?? '?'})` : `shared stdio child not running: ${this.#lastFailure}`;
   }
 
   /** Brings up the first child; rejects when it cannot be spawned or initialised. */
@@ -74,30 +66,30 @@ export class StdioSupervisor {
     return this.#launch();
   }
 
-  /** Writes to the current child; false when there is none. */
-  write(message: unknown): boolean {
-    return this.#child?.write(message) === true;
+  write(message: unknown) {
+    return this.#child?.write(message) ?? 'gone';
   }
 
-  /** Resolves once a child is initialised; refuses after READY_WAIT_MS, on abort, or on close. */
-  async waitReady(signal: AbortSignal): Promise<void> {
-    if (this.ready) return;
-    if (this.#closing) throw unavailable('the stdio upstream is shutting down');
-    const ok = await new Promise<boolean>((resolve) => {
+  hasRoomFor(bytes: number): boolean {
+    return this.#child?.hasRoomFor(bytes) ?? true;
+  }
+
+  /** Resolves true once a child is initialised; false after READY_WAIT_MS, on abort, or on close. */
+  async waitReady(signal?: AbortSignal): Promise<boolean> {
+    if (this.ready) return true;
+    if (this.#closing) return false;
+    return new Promise<boolean>((resolve) => {
       const done = (result: boolean): void => {
         clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
+        signal?.removeEventListener('abort', onAbort);
         this.#readyWaiters.delete(done);
         resolve(result);
       };
       const onAbort = (): void => done(false);
       const timer = setTimeout(() => done(false), READY_WAIT_MS);
-      signal.addEventListener('abort', onAbort, { once: true });
+      signal?.addEventListener('abort', onAbort, { once: true });
       this.#readyWaiters.add(done);
     });
-    if (ok) return;
-    if (signal.aborted) throw new GatewayError('TB_ERR_UPSTREAM_TIMEOUT', 'the upstream request was aborted');
-    throw unavailable('stdio child not running');
   }
 
   /** Stops restarting and kills the child (SIGTERM, SIGKILL after 2 s). */
@@ -109,73 +101,57 @@ export class StdioSupervisor {
   }
 
   async #launch(): Promise<void> {
-    let child: StdioChild;
+    const startedAt = Date.now();
+    let current: StdioChild | undefined;
     try {
-      child = StdioChild.spawn(this.#command, this.#env, this.#logger, {
-        onMessage: (message) => {
-          if (child !== this.#child) return;
-          if (this.#pendingInit !== undefined && isResponseLike(message) && message.id === this.#pendingInit.id) this.#pendingInit.settle(message);
-          else this.#handlers.onMessage(message);
+      const { child, identity } = await startInitialisedChild(
+        this.#options.child,
+        { capabilities: SHARED_CHILD_CAPABILITIES, timeoutMs: this.#options.initializeTimeoutMs },
+        {
+          onMessage: (message, bytes) => {
+            if (current !== undefined && current === this.#child) this.#handlers.onMessage(message, bytes);
+          },
+          onExit: (exit) => {
+            if (current !== undefined && current === this.#child) this.#onExit(current, exit);
+          },
         },
-        onExit: (exit) => this.#onExit(child, exit),
-      });
+      );
+      current = child;
+      if (this.#closing || !child.alive) {
+        void child.kill();
+        throw new Error(this.#closing ? 'the bridge is closing' : 'the stdio server exited right after initialize');
+      }
+      this.#child = child;
+      this.#identity = identity;
     } catch (error) {
-      this.#scheduleRestart(Date.now());
+      this.#lastFailure = (error as Error).message;
+      this.#scheduleRestart(startedAt);
       throw error;
     }
-    this.#child = child;
-    this.#ready = false;
-    // A string id: the request path numbers its own requests, so the two can never meet.
-    const id = `tollbooth-init-${++this.#launches}`;
-    const answer = await new Promise<JsonRpcResponse | Error>((resolve) => {
-      const timer = setTimeout(() => resolve(new Error(`no answer to initialize within ${INIT_TIMEOUT_MS} ms`)), INIT_TIMEOUT_MS);
-      this.#pendingInit = {
-        id,
-        settle: (response) => {
-          clearTimeout(timer);
-          this.#pendingInit = undefined;
-          resolve(response);
-        },
-      };
-      child.write({
-        jsonrpc: '2.0',
-        id,
-        method: 'initialize',
-        params: { protocolVersion: CHILD_PROTOCOL_VERSION, capabilities: GATEWAY_CLIENT_CAPABILITIES, clientInfo: GATEWAY_CLIENT_INFO },
-      });
-    });
-    const identity = answer instanceof Error ? undefined : parseInitializeResult(answer.result);
-    if (identity === undefined) {
-      void child.kill(); // its exit schedules the next attempt
-      if (answer instanceof Error) throw answer;
-      throw new Error(answer.error ? `the child refused initialize: ${answer.error.message}` : 'the child answered initialize with something else than an initialize result');
-    }
-    this.#identity = identity;
-    child.write({ jsonrpc: '2.0', method: 'notifications/initialized' });
-    this.#ready = true;
     for (const wake of this.#readyWaiters) wake(true);
-    this.#logger.info({ evt: 'upstream_ready', pid: child.pid, protocolVersion: identity.protocolVersion, server: identity.serverInfo.name }, 'stdio upstream initialised');
+    this.#options.logger.info({ evt: 'bridge_shared_ready', pid: this.#child.pid, protocolVersion: this.#identity.protocolVersion, server: this.#identity.serverInfo.name }, 'shared stdio child initialised');
   }
 
   #onExit(child: StdioChild, exit: ChildExit): void {
-    if (child !== this.#child) return;
     this.#child = undefined;
-    this.#ready = false;
-    this.#pendingInit?.settle(new Error(`the child exited during initialize (code ${String(exit.code)}${exit.error ? `, ${exit.error.message}` : ''})`));
-    this.#logger[this.#closing ? 'debug' : 'warn']({ evt: 'upstream_exit', code: exit.code, signal: exit.signal, err: exit.error?.message }, 'stdio upstream exited');
+    const why = describeExit(exit, this.#options.child.maxLineBytes);
+    this.#lastFailure = why;
+    this.#options.logger[this.#closing ? 'debug' : 'warn']({ evt: 'bridge_child_exit', pid: child.pid, code: exit.code, signal: exit.signal, why }, 'shared stdio child exited');
     this.#scheduleRestart(child.startedAt);
-    this.#handlers.onExit();
+    this.#handlers.onExit(why);
   }
 
   #scheduleRestart(startedAt: number): void {
     if (this.#closing) return;
-    if (Date.now() - startedAt >= GOOD_LIFE_MS) this.#nextBackoffMs = this.#backoff.initialMs;
+    if (Date.now() - startedAt >= GOOD_LIFE_MS) this.#nextBackoffMs = this.#options.restartBackoff.initialMs;
     const delay = this.#nextBackoffMs;
-    this.#nextBackoffMs = Math.min(delay * 2, this.#backoff.maxMs);
-    this.#logger.info({ evt: 'upstream_restart', inMs: delay }, 'restarting the stdio upstream');
+    this.#nextBackoffMs = Math.min(delay * 2, this.#options.restartBackoff.maxMs);
+    this.#options.logger.info({ evt: 'bridge_child_restart', inMs: delay }, 'restarting the shared stdio child');
+    clearTimeout(this.#restartTimer);
     this.#restartTimer = setTimeout(() => {
       this.#restartTimer = undefined;
-      this.#launch().catch((error: unknown) => this.#logger.warn({ evt: 'upstream_init_failed', err: String(error) }, 'stdio upstream did not initialise'));
+      this.#launch().catch((error: unknown) => this.#options.logger.warn({ evt: 'bridge_child_init_failed', err: (error as Error).message }, 'shared stdio child did not initialise'));
     }, delay);
+    this.#restartTimer.unref();
   }
 }
