@@ -279,7 +279,7 @@ export class Bridge {
         await child.kill();
         result = { ok: true, detail: `the stdio server starts and initialises (${String(identity.serverInfo.name ?? 'unnamed')})` };
       } catch (error) {
-        result = { ok: false, detail: `the stdio server "${this.#settings.command[0] ?? ''}" does not start: ${(error as Error).message}` };
+        result = { ok: false, detail: (error as Error).message };
       }
       this.#lastProbe = { at: Date.now(), result };
       this.#probing = undefined;
