@@ -2,6 +2,8 @@
 // its dispatcher, SDK clients that reach it (their fetch goes through the dispatcher), the fixtures' commands,
 // and a memory sampler for the "memory stays bounded" tests.
 import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import type { Test } from 'tap';
 import { fetch as undiciFetch, request, type Dispatcher } from 'undici';
 import { startBridge, type BridgeOptions, type RunningBridge } from '../../src/bridge/index.js';
@@ -132,13 +134,27 @@ export async function waitFor(condition: () => boolean | Promise<boolean>, what:
   }
 }
 
+/** A full garbage collection, also without --expose-gc (the flag can be set at run time). */
+export function collectGarbage(): void {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
+}
+
+/** Heap + array buffers (Buffers live there) after a full collection. */
+export function retainedBytes(): number {
+  collectGarbage();
+  collectGarbage();
+  const usage = process.memoryUsage();
+  return usage.heapUsed + usage.arrayBuffers;
+}
+
 /** Peak growth of heap + array buffers (Buffers live there) over a baseline, sampled while `work` runs. */
 export async function peakMemoryGrowth<T>(work: () => Promise<T>): Promise<{ result: T; peakBytes: number }> {
   const sample = (): number => {
     const usage = process.memoryUsage();
     return usage.heapUsed + usage.arrayBuffers;
   };
-  global.gc?.();
+  collectGarbage();
   const baseline = sample();
   let peak = baseline;
   const timer = setInterval(() => (peak = Math.max(peak, sample())), 5);
