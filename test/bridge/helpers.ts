@@ -168,3 +168,55 @@ export async function peakMemoryGrowth<T>(work: () => Promise<T>): Promise<{ res
 }
 
 export const MiB = 1024 * 1024;
+
+export interface SseEvent {
+  id?: string;
+  data: string;
+  message?: Json;
+}
+
+/**
+ * Opens a request whose answer is an event stream and reads events as they come, until `until` says
+ * enough (then the connection is dropped, as a client that goes away would).
+ */
+export async function readEvents(
+  bridge: { url: string; dispatcher: Dispatcher },
+  method: 'POST' | 'GET',
+  body: unknown,
+  headers: Record<string, string>,
+  until: (events: SseEvent[]) => boolean,
+): Promise<{ status: number; events: SseEvent[] }> {
+  const abort = new AbortController();
+  const response = await request(bridge.url, {
+    method,
+    dispatcher: bridge.dispatcher,
+    headers: { accept: method === 'GET' ? 'text/event-stream' : LEGACY_ACCEPT, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal: abort.signal,
+  });
+  const events: SseEvent[] = [];
+  let buffer = '';
+  try {
+    for await (const chunk of response.body) {
+      buffer += String(chunk);
+      let end: number;
+      while ((end = buffer.indexOf('\n\n')) !== -1) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const event: SseEvent = { data: '' };
+        for (const line of block.split('\n')) {
+          if (line.startsWith('id:')) event.id = line.slice(3).trim();
+          else if (line.startsWith('data:')) event.data += line.slice(5).trimStart();
+        }
+        if (event.data.startsWith('{')) event.message = JSON.parse(event.data) as Json;
+        if (event.id !== undefined || event.data !== '') events.push(event);
+      }
+      if (until(events)) break;
+    }
+  } catch {
+    // the stream ended under us
+  } finally {
+    abort.abort();
+  }
+  return { status: response.statusCode, events };
+}
