@@ -203,7 +203,7 @@ export const BRIDGE_ERROR = {
   /** The child is not reading its stdin and the bounded queue is full. */
   stdinFull: { code: -32000, reason: 'stdio_server_not_reading' },
   /** maxChildren children are running (or maxSessions sessions on a shared child). */
-  atCapacity: { code: -32000, reason: 'max_children' },
+  atCapacity: { code: -32000, reason: 'at_capacity' },
   /** A capabilities object or clientInfo over MAX_CLIENT_STATE_BYTES. */
   stateTooLarge: { code: -32602, reason: 'client_state_too_large' },
   /** The client cancelled the request (the answer it ignores, so its stream can close). */

@@ -44,7 +44,7 @@ t.test('past maxChildren a new initialize gets a JSON-RPC error saying so; endin
   const third = await openRawSession(bridge);
   t.equal(third.id, undefined, 'no session');
   t.equal(third.answer.status, 200);
-  t.match(third.answer.messages[0], { id: 0, error: { code: -32000, message: /maximum number of stdio children \(maxChildren: 2\)/, data: { reason: 'max_children' } } });
+  t.match(third.answer.messages[0], { id: 0, error: { code: -32000, message: /maximum number of stdio children \(maxChildren: 2\)/, data: { reason: 'at_capacity' } } });
   await raw(bridge, 'DELETE', undefined, sessionHeaders(first.id!));
   const fourth = await openRawSession(bridge);
   t.ok(fourth.id, 'a slot was freed');
