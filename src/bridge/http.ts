@@ -74,8 +74,14 @@ export async function pipeResponse(response: Response, res: ServerResponse, opti
     res.end();
     return;
   }
-  if ((headers['content-type'] ?? '').startsWith('text/event-stream')) res.flushHeaders();
   const reader = response.body.getReader();
+  // Writes that come in one burst leave in one packet (headers with the first event, the last event with
+  // the end of the stream): the response is corked on a write and uncorked once the burst is over.
+  let corked = false;
+  const uncork = (): void => {
+    corked = false;
+    if (!res.destroyed && !res.writableEnded) res.uncork();
+  };
   let congested = false;
   const drained = (): void => {
     if (!congested) return;
@@ -92,6 +98,11 @@ export async function pipeResponse(response: Response, res: ServerResponse, opti
     for (;;) {
       const { done, value } = await reader.read();
       if (done || res.destroyed) break;
+      if (!corked) {
+        corked = true;
+        res.cork();
+        setImmediate(uncork);
+      }
       if (!res.write(value) && !congested) {
         congested = true;
         options.flow?.onCongested();
