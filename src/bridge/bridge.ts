@@ -39,8 +39,6 @@ export interface BridgeSettings {
   maxBufferedBytes: number;
   initializeTimeoutMs: number;
   restartBackoff: { initialMs: number; maxMs: number };
-  /** When set, a Host header not in the list gets 403 (the standalone bridge on a loopback port: DNS rebinding). */
-  allowedHosts?: readonly string[];
 }
 
 type LegacySession = DirectSession | SharedSession;
@@ -58,6 +56,7 @@ export class Bridge {
   #lastProbe: { at: number; result: { ok: boolean; detail: string } } | undefined;
   #probing: Promise<{ ok: boolean; detail: string }> | undefined;
   #closing = false;
+  #allowedHosts: readonly string[] | undefined;
 
   constructor(settings: BridgeSettings) {
     this.#settings = settings;
@@ -104,9 +103,9 @@ export class Bridge {
     return this.#probeSpawn();
   }
 
-  /** Numbers for tests and logs. */
-  stats(): { children: number; sessions: number; modernChildren: number } {
-    return { children: this.#children, sessions: this.#sessions.size, modernChildren: this.#pool?.size ?? 0 };
+  /** From now on a Host header not in the list gets 403 (the standalone bridge on a loopback port: DNS rebinding). */
+  restrictHosts(hosts: readonly string[]): void {
+    this.#allowedHosts = hosts;
   }
 
   async close(): Promise<void> {
@@ -119,7 +118,7 @@ export class Bridge {
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0];
     if (path !== this.#settings.path) return sendRpcError(res, 404, null, BAD_REQUEST, `Not found: the MCP endpoint is ${this.#settings.path}`);
-    if (this.#settings.allowedHosts && !this.#settings.allowedHosts.includes(req.headers.host ?? '')) {
+    if (this.#allowedHosts && !this.#allowedHosts.includes(req.headers.host ?? '')) {
       return sendRpcError(res, 403, null, BAD_REQUEST, `Forbidden: Host ${JSON.stringify(req.headers.host ?? '')} is not this bridge`);
     }
     if (this.#closing) return sendRpcError(res, 503, null, BAD_REQUEST, 'the bridge is shutting down');

@@ -3,7 +3,8 @@
 // it, verbatim, ids included. Roots, sampling, elicitation, logging levels, subscriptions and tasks then
 // behave as they would on a direct stdio connection. What HTTP adds is only *which stream* a message from
 // the child travels on: responses by their id; progress by its token; anything else on the stream of the
-// client's latest running request, else the GET stream (held until the client opens one or sends a request).
+// client's latest running request still being read, else the GET stream (held until the client opens one
+// or sends a request).
 // A child that stops reading refuses requests (bounded queue); a slow reader pauses the child; a dead child
 // fails the calls in flight and ends the session (the client's next request gets 404).
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -187,10 +188,10 @@ export class DirectSession {
     else this.channel.sendRelated(message as JSONRPCMessage, route.requestId, bytes);
   }
 
-  /** The stream of the client's latest running request, else the GET stream. */
+  /** The stream of the client's latest running request that the client still reads, else the GET stream. */
   #defaultRoute(): Route {
     let latest: RequestId | undefined;
-    for (const id of this.#pending.values()) latest = id;
+    for (const id of this.#pending.values()) if (this.channel.isStreaming(id)) latest = id;
     return latest === undefined ? 'standalone' : { requestId: latest };
   }
 

@@ -59,7 +59,6 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
   if (options.command.length === 0) throw new GatewayError('TB_ERR_CONFIG_INVALID', 'the bridge needs a command to run');
   const path = options.path ?? '/mcp';
   let socketDir: string | undefined;
-  let allowedHosts: string[] | undefined;
   const bridge = new Bridge({
     command: options.command,
     sessions: options.sessions,
@@ -80,9 +79,6 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     maxBufferedBytes: options.maxLineBytes + 1024 * 1024,
     initializeTimeoutMs: options.initializeTimeoutMs ?? 30_000,
     restartBackoff: options.restartBackoff ?? { initialMs: 250, maxMs: 10_000 },
-    get allowedHosts() {
-      return allowedHosts;
-    },
   });
   try {
     await bridge.start();
@@ -110,7 +106,7 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
       const { port } = server.address() as AddressInfo;
       const host = options.listen.host.includes(':') ? `[${options.listen.host}]` : options.listen.host;
       url = `http://${host}:${port}${path}`;
-      allowedHosts = [`${host}:${port}`, `localhost:${port}`];
+      bridge.restrictHosts([`${host}:${port}`, `localhost:${port}`]);
       dispatcher = new Agent();
     } else {
       socketDir = await mkdtemp(join(tmpdir(), 'tollbooth-bridge-')); // mkdtemp creates it 0700

@@ -42,6 +42,8 @@ export class SessionChannel {
   readonly #events: BoundedEventStore;
   #chain: Promise<void> = Promise.resolve();
   #openResponses = 0;
+  /** Client request ids whose POST stream is open right now (key: JSON of the id). */
+  readonly #streamingRequests = new Map<string, number>();
   #standaloneOpen = false;
   #held: JSONRPCMessage[] = [];
   #heldBytes = 0;
@@ -73,6 +75,11 @@ export class SessionChannel {
     return this.#openResponses > 0;
   }
 
+  /** Whether the POST that carried this request is still open (its stream can reach the client). */
+  isStreaming(requestId: RequestId): boolean {
+    return this.#streamingRequests.has(JSON.stringify(requestId));
+  }
+
   /** Whether the client has its GET stream open. */
   get listening(): boolean {
     return this.#standaloneOpen;
@@ -90,6 +97,8 @@ export class SessionChannel {
   async handle(req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> {
     this.lastActivityAt = Date.now();
     this.#openResponses += 1;
+    const requestKeys = requestKeysOf(parsedBody);
+    for (const key of requestKeys) this.#streamingRequests.set(key, (this.#streamingRequests.get(key) ?? 0) + 1);
     try {
       const lastEventId = req.headers['last-event-id'];
       if (typeof lastEventId === 'string' && this.#events.lostAfter(lastEventId)) {
@@ -109,6 +118,11 @@ export class SessionChannel {
       if (standalone) this.#standaloneOpen = false;
     } finally {
       this.#openResponses -= 1;
+      for (const key of requestKeys) {
+        const count = (this.#streamingRequests.get(key) ?? 1) - 1;
+        if (count > 0) this.#streamingRequests.set(key, count);
+        else this.#streamingRequests.delete(key);
+      }
       this.lastActivityAt = Date.now();
     }
   }
@@ -175,4 +189,14 @@ export class SessionChannel {
   #onDrained(): void {
     if (--this.#congested === 0) this.#options.flow?.onDrained();
   }
+}
+
+/** The ids of the requests in a POST body (one message or a batch). */
+function requestKeysOf(body: unknown): string[] {
+  const messages = Array.isArray(body) ? body : body === undefined ? [] : [body];
+  const keys: string[] = [];
+  for (const message of messages) {
+    if (typeof message === 'object' && message !== null && 'method' in message && 'id' in message) keys.push(JSON.stringify((message as { id: unknown }).id));
+  }
+  return keys;
 }

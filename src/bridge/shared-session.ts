@@ -51,7 +51,7 @@ export class SharedSession implements MuxSession {
   }
 
   idleFor(now: number): number {
-    return this.channel.connected || this.running.size > 0 ? 0 : now - this.channel.lastActivityAt;
+    return this.channel.connected ? 0 : now - this.channel.lastActivityAt;
   }
 
   handle(req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> {

@@ -185,8 +185,10 @@ export async function readEvents(
   body: unknown,
   headers: Record<string, string>,
   until: (events: SseEvent[]) => boolean,
+  timeoutMs = 60_000,
 ): Promise<{ status: number; events: SseEvent[] }> {
   const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
   const response = await request(bridge.url, {
     method,
     dispatcher: bridge.dispatcher,
@@ -216,6 +218,7 @@ export async function readEvents(
   } catch {
     // the stream ended under us
   } finally {
+    clearTimeout(timer);
     abort.abort();
   }
   return { status: response.statusCode, events };
