@@ -38,7 +38,8 @@ t.test('a line just under the cap is delivered whole', async (t) => {
 
 t.test('a child that never reads stdin: a bounded queue, then requests refused clearly; the bridge stays healthy', async (t) => {
   const maxLineBytes = MiB; // the stdin queue cap defaults to it
-  const bridge = await startTestBridge(t, { command: DEAF_SERVER, maxLineBytes, idleTimeoutMs: 300 });
+  // idleTimeout long enough that the session is not reaped while the test measures, short enough to see it reaped.
+  const bridge = await startTestBridge(t, { command: DEAF_SERVER, maxLineBytes, idleTimeoutMs: 3_000 });
   const { id } = await openRawSession(bridge);
   const payload = 'p'.repeat(400 * 1024);
   const hanging: AbortController[] = [];
@@ -49,14 +50,15 @@ t.test('a child that never reads stdin: a bounded queue, then requests refused c
     for (let i = 1; i <= 100; i++) {
       const abort = new AbortController();
       const call = raw(bridge, 'POST', toolCall(i, 'echo', { text: payload }), sessionHeaders(id!), abort.signal);
-      // A refusal comes at once; an accepted request waits for a child that never reads.
-      const settled = await Promise.race([call.then((answer) => answer), new Promise<undefined>((resolve) => setTimeout(resolve, 100))]);
+      // A refusal comes at once; an accepted request waits for a child that never reads (only the first few are
+      // accepted, so waiting 2 s for each of those keeps the count right on a loaded machine).
+      const settled = await Promise.race([call.then((answer) => answer), new Promise<undefined>((resolve) => setTimeout(resolve, 2_000))]);
       if (settled === undefined) {
         hanging.push(abort);
         call.catch(() => undefined);
       } else {
         refused += 1;
-        refusedWith = settled.messages.at(-1);
+        refusedWith = settled.messages.at(-1) ?? settled.text;
       }
     }
   }

@@ -84,12 +84,13 @@ t.test('an SDK v2 client pinned to 2026-07-28 works through the bridge', async (
 });
 
 t.test('2026-07-28 children count against maxChildren; an idle one makes room; idle ones are stopped', async (t) => {
-  const bridge = await startTestBridge(t, { maxChildren: 2, idleTimeoutMs: 400 });
+  const bridge = await startTestBridge(t, { maxChildren: 2, idleTimeoutMs: 3_000 });
   t.match((await raw(bridge, 'POST', modernCall(1, 'echo', { text: 'a' }, { a: {} }))).messages[0], { result: {} });
   t.match((await raw(bridge, 'POST', modernCall(1, 'echo', { text: 'b' }, { b: {} }))).messages[0], { result: {} });
   // Both slots hold idle 2026-07-28 children: a legacy session takes the least recently used one's slot.
   const session = await openRawSession(bridge);
-  t.ok(session.id, 'an idle 2026-07-28 child was stopped to make room');
+  t.ok(session.id, 'a legacy session got a slot');
+  t.ok(bridge.log.lines.some((line) => line.evt === 'bridge_child_stop' && /make room/.test(String(line.why))), 'an idle 2026-07-28 child was stopped to make room');
   const slow = raw(bridge, 'POST', modernCall(1, 'slow', { ms: 1_000, steps: 1 }, { b: {} }));
   await new Promise((resolve) => setTimeout(resolve, 200)); // the slow call is running: that child is busy
   const refused = await raw(bridge, 'POST', modernCall(1, 'echo', { text: 'c' }, { c: {} }));

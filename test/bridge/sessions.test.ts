@@ -77,10 +77,11 @@ t.test('an idle session is reaped: its child stops and the next request gets 404
 });
 
 t.test('a session with a call in flight or an open stream is not idle', async (t) => {
-  const bridge = await startTestBridge(t, { idleTimeoutMs: 150 });
+  const bridge = await startTestBridge(t, { idleTimeoutMs: 500 });
   const { id } = await openRawSession(bridge);
-  const slow = await raw(bridge, 'POST', toolCall(1, 'slow', { ms: 200, steps: 3 }), sessionHeaders(id!));
-  t.match(slow.messages.at(-1), { id: 1, result: { content: [{ text: 'slow done' }] } }, 'a 600 ms call outlives a 150 ms idle timeout');
+  const slow = await raw(bridge, 'POST', toolCall(1, 'slow', { ms: 500, steps: 3 }), sessionHeaders(id!));
+  t.match(slow.messages.at(-1), { id: 1, result: { content: [{ text: 'slow done' }] } }, 'a 1.5 s call outlives a 500 ms idle timeout');
+  t.notOk(bridge.log.lines.some((line) => line.evt === 'bridge_session_end'), 'the session was never reaped');
 });
 
 t.test('a child that dies mid-call: the call gets an error result, the session ends (404), a new one works', async (t) => {
