@@ -53,10 +53,6 @@ export class StdioSupervisor implements ChildPort {
     return this.#child?.alive === true;
   }
 
-  get child(): StdioChild | undefined {
-    return this.#child;
-  }
-
   get detail(): string {
     return this.ready ? `shared stdio child running (pid ${this.#child?.pid ?? '?'})` : `shared stdio child not running: ${this.#lastFailure}`;
   }
@@ -68,10 +64,6 @@ export class StdioSupervisor implements ChildPort {
 
   write(message: unknown) {
     return this.#child?.write(message) ?? 'gone';
-  }
-
-  hasRoomFor(bytes: number): boolean {
-    return this.#child?.hasRoomFor(bytes) ?? true;
   }
 
   /** Resolves true once a child is initialised; false after READY_WAIT_MS, on abort, or on close. */
