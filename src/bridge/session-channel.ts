@@ -85,27 +85,20 @@ export class SessionChannel {
     return this.#standaloneOpen;
   }
 
-  get closed(): boolean {
-    return this.#closed;
-  }
-
-  get eventBufferSize(): { events: number; bytes: number } {
-    return this.#events.size;
-  }
-
   /** Serves one HTTP request of this session (the body, when there is one, already parsed). */
   async handle(req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> {
     this.lastActivityAt = Date.now();
     this.#openResponses += 1;
     const requestKeys = requestKeysOf(parsedBody);
     for (const key of requestKeys) this.#streamingRequests.set(key, (this.#streamingRequests.get(key) ?? 0) + 1);
+    let standalone = false;
     try {
       const lastEventId = req.headers['last-event-id'];
       if (typeof lastEventId === 'string' && this.#events.lostAfter(lastEventId)) {
         this.#options.logger.warn({ evt: 'bridge_resume_gap', session: this.sessionId }, 'a stream resumed after events the buffer had already dropped');
       }
       const response = await this.transport.handleRequest(toWebRequest(req), parsedBody === undefined ? undefined : { parsedBody });
-      const standalone = req.method === 'GET' && response.ok && (typeof lastEventId !== 'string' || lastEventId.startsWith(`${STANDALONE_STREAM_ID}.`));
+      standalone = req.method === 'GET' && response.ok && (typeof lastEventId !== 'string' || lastEventId.startsWith(`${STANDALONE_STREAM_ID}.`));
       if (standalone) {
         this.#standaloneOpen = true;
         for (const message of this.takeHeld()) this.sendStandalone(message);
@@ -115,8 +108,8 @@ export class SessionChannel {
         maxBufferedBytes: this.#options.flow === undefined ? this.#options.maxBufferedBytes : undefined,
         onSlowReader: () => this.#options.logger.warn({ evt: 'bridge_slow_reader', session: this.sessionId }, 'a client stopped reading its stream; the stream was cut (it may resume)'),
       });
-      if (standalone) this.#standaloneOpen = false;
     } finally {
+      if (standalone) this.#standaloneOpen = false;
       this.#openResponses -= 1;
       for (const key of requestKeys) {
         const count = (this.#streamingRequests.get(key) ?? 1) - 1;
