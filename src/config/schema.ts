@@ -5,7 +5,9 @@
 // "<file>:<line>:<col> <path>: expected <message>, found <what the YAML holds>". A refinement that
 // cannot be judged from the one node at its path passes `params.found` to say what was found.
 import { z } from 'zod';
+import { SCOPE_TOKEN } from '../auth/scopes.js';
 import { compareDecimal, isDecimalString } from '../payments/decimal.js';
+import { knownAsset } from '../payments/x402/assets.js';
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
@@ -45,6 +47,9 @@ const optionalHttpUrl = z.union([httpUrl, z.literal('')], 'an absolute http(s) U
 const fraction = z.number('a fraction in [0, 1)').min(0, 'a fraction in [0, 1)').lt(1, 'a fraction in [0, 1)');
 const positiveInt = z.int('a positive integer').positive('a positive integer');
 const redisUrl = z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL');
+const SCOPE_EXPECTED = 'an RFC 6749 scope-token (printable ASCII without spaces, " or \\)';
+/** Scope strings end up inside a quoted WWW-Authenticate parameter: only RFC 6749 scope-tokens (SPEC §20). */
+const scopeList = z.array(z.string(SCOPE_EXPECTED).regex(SCOPE_TOKEN, SCOPE_EXPECTED));
 
 const serverSchema = z.strictObject({
   host: z.string().default('127.0.0.1'),
@@ -107,28 +112,104 @@ const storeSchema = z
     }
   });
 
+// ── payments.x402 (SPEC §19): the per-call rail for agents with a wallet ──────────────────────────
+// Off while facilitatorUrl is empty. Formats are checked either way; what only matters for a live
+// rail (a payee, a token the library can describe) is checked when it is on.
+const evmAddress = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'a 0x-prefixed 20-byte hex address');
+const x402Schema = z
+  .strictObject({
+    facilitatorUrl: z.union([httpUrl, z.literal('')], 'an absolute http(s) URL of an x402 facilitator, or "" for off').default(''),
+    network: z.string().regex(/^eip155:[1-9]\d{0,17}$/, 'a CAIP-2 EVM network id such as "eip155:8453"').default('eip155:8453'),
+    asset: evmAddress.default('0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913'),
+    assetDecimals: z.int('an integer number of decimals from 0 to 36').min(0, 'an integer number of decimals from 0 to 36').max(36, 'an integer number of decimals from 0 to 36').default(6),
+    currency: z.string().min(1, 'a non-empty currency code, e.g. USDC').default('USDC'),
+    payTo: z.union([evmAddress, z.literal('')], 'a 0x-prefixed 20-byte hex address').default(''),
+    maxTimeoutSeconds: positiveInt.max(3600, 'a positive integer of at most 3600 (seconds)').default(120),
+    extra: z.strictObject({ name: z.string().min(1, 'a non-empty EIP-712 domain name'), version: z.string().min(1, 'a non-empty EIP-712 domain version') }).optional(),
+  })
+  .superRefine((value, ctx) => {
+    if (!isHttpUrl(value.facilitatorUrl)) return; // off, or already refused
+    if (value.payTo === '' || /^0x0{40}$/.test(value.payTo)) {
+      ctx.addIssue({ code: 'custom', path: ['payTo'], message: 'a non-zero payTo address because payments.x402.facilitatorUrl is set (where the payments go)', input: value.payTo });
+    }
+    const known = knownAsset(value.network, value.asset);
+    if (known && known.transferMethod !== 'eip3009') {
+      ctx.addIssue({ code: 'custom', path: ['asset'], message: `an EIP-3009 token (@x402/evm transfers this one with ${known.transferMethod}, which the x402 rail does not support)`, input: value.asset });
+    }
+    if (known && known.decimals !== value.assetDecimals) {
+      ctx.addIssue({ code: 'custom', path: ['assetDecimals'], message: `${known.decimals}, the decimals of this asset on ${value.network}`, input: value.assetDecimals });
+    }
+    if (!known && value.extra === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['extra'], message: `the token's EIP-712 domain { name, version }: @x402/evm does not know asset ${value.asset} on ${value.network}`, input: value.extra, params: { found: 'nothing (no "extra" key)' } });
+    }
+  })
+  .transform((value) => {
+    // The effective config must parse again (tollbooth check prints it): resolve extra, derive nothing else.
+    if (value.facilitatorUrl === '' || value.extra !== undefined) return value;
+    const known = knownAsset(value.network, value.asset);
+    return known ? { ...value, extra: { name: known.name, version: known.version } } : value;
+  });
+
+/** With x402 on: a SKU that asks for an x402 price must be in its currency, and some SKU must be (else the rail is dead). */
+function checkX402Currencies(config: { payments: { x402: { facilitatorUrl: string; currency: string } }; skus: Record<string, { currency: string; x402Price?: string | undefined }> }, ctx: z.RefinementCtx): void {
+  const { facilitatorUrl, currency } = config.payments.x402;
+  if (!facilitatorUrl) return;
+  let offered = 0;
+  for (const [name, sku] of Object.entries(config.skus)) {
+    if (sku.currency === currency) {
+      offered += 1;
+    } else if (sku.x402Price !== undefined || sku.currency.toUpperCase() === currency.toUpperCase()) {
+      const why = sku.x402Price !== undefined ? 'this SKU sets x402Price' : 'it differs only in letter case';
+      ctx.addIssue({ code: 'custom', path: ['skus', name, 'currency'], message: `the x402 currency "${currency}" (payments.x402.currency) because ${why}`, input: sku.currency });
+    }
+  }
+  if (offered === 0) {
+    ctx.addIssue({ code: 'custom', path: ['payments', 'x402', 'currency'], message: `the currency of at least one SKU, because x402 is on (SKU currencies: ${[...new Set(Object.values(config.skus).map((sku) => sku.currency))].join(', ') || 'none'})`, input: currency });
+  }
+}
+
+const MOOVE_BASE_URL = 'https://api.moove.xyz';
+
 const paymentsSchema = z
   .strictObject({
     provider: z.enum(['dev', 'moove']).default('dev'),
     chargeTtl: duration.refine((ms) => ms >= 15 * 60_000, 'a duration of at least 15m').default(60 * 60_000),
+    // No defaults inside: whether the operator wrote a value decides the provider check below; the
+    // transform at the end fills the defaults in.
     moove: z
       .strictObject({
-        apiKey: z.string().default(''),
-        baseUrl: httpUrl.default('https://api.moove.xyz'),
-        webhookSecret: z.string().default(''),
+        apiKey: z.string().optional().meta({ default: '' }),
+        baseUrl: httpUrl.optional().meta({ default: MOOVE_BASE_URL }),
+        webhookSecret: z.string().optional().meta({ default: '' }),
       })
-      .prefault({}),
+      .optional()
+      .meta({ default: {} }),
     settlement: z
       .strictObject({ tolerance: fraction.default(0.005), minimumFraction: fraction.default(0.1) })
       .refine((s) => s.minimumFraction <= 1 - s.tolerance, { message: 'a minimumFraction ≤ 1 − tolerance', path: ['minimumFraction'] })
       .prefault({}),
     reconcile: z.strictObject({ interval: duration.default(60_000) }).prefault({}),
+    x402: x402Schema.prefault({}),
   })
   .superRefine((value, ctx) => {
-    if (value.provider === 'moove' && value.moove.apiKey === '') {
-      ctx.addIssue({ code: 'custom', path: ['moove', 'apiKey'], message: 'a non-empty apiKey because payments.provider is moove (set MOOVE_API_KEY)', input: '' });
+    if (value.provider === 'moove' && !value.moove?.apiKey) {
+      ctx.addIssue({ code: 'custom', path: ['moove', 'apiKey'], message: 'a non-empty apiKey because payments.provider is moove (set MOOVE_API_KEY)', input: value.moove?.apiKey ?? '' });
     }
-  });
+    // SPEC §20: an operator who fills in Moove but forgets the provider must not get a free dev checkout.
+    const filledIn = Object.entries(value.moove ?? {}).filter(([, setting]) => setting !== undefined && setting !== '').map(([key]) => key);
+    if (value.provider !== 'moove' && filledIn.length > 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['provider'],
+        message: `moove, because payments.moove sets ${filledIn.join(', ')} (without provider: moove the gateway would run on the free dev checkout and nobody would pay; remove the payments.moove block to use dev)`,
+        input: value.provider,
+      });
+    }
+  })
+  .transform(({ moove, ...payments }) => ({
+    ...payments,
+    moove: { apiKey: moove?.apiKey ?? '', baseUrl: moove?.baseUrl ?? MOOVE_BASE_URL, webhookSecret: moove?.webhookSecret ?? '' },
+  }));
 
 const skuSchema = z
   .strictObject({
@@ -137,6 +218,7 @@ const skuSchema = z
     currency: z.string().min(1, 'a non-empty currency code, e.g. USDC'),
     credits: positiveInt,
     allowBelowMinimum: z.boolean().default(false),
+    x402Price: z.string('a decimal price per credit written as a string, e.g. "0.02"').regex(/^\d+(\.\d{1,18})?$/, 'a positive decimal string per credit, e.g. "0.02"').refine((value) => /[1-9]/.test(value), 'a price greater than zero').optional(),
   })
   .superRefine((sku, ctx) => {
     if (!sku.allowBelowMinimum && isDecimalString(sku.amount) && compareDecimal(sku.amount, '5') < 0) {
@@ -160,8 +242,8 @@ const authSchema = z
     audience: z.string().nullable().default(null),
     algorithms: z.array(z.enum(['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'])).min(1).default(['RS256', 'ES256', 'EdDSA']),
     authorizationServers: z.array(z.string()).default([]),
-    requiredScopes: z.array(z.string()).default([]),
-    toolScopes: z.record(z.string(), z.array(z.string())).default({}),
+    requiredScopes: scopeList.default([]),
+    toolScopes: z.record(z.string(), scopeList).default({}),
   })
   .superRefine((value, ctx) => {
     if (value.mode !== 'oauth') return;
@@ -201,6 +283,7 @@ export const configSchema = z
         ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
     }
+    checkX402Currencies(config, ctx);
     if (config.auth.mode === 'oauth' && !config.server.publicUrl) {
       ctx.addIssue({ code: 'custom', path: ['server', 'publicUrl'], message: 'an absolute http(s) server.publicUrl because auth.mode is oauth', input: config.server.publicUrl });
     }
@@ -218,3 +301,4 @@ export type ConfigInput = z.input<typeof configSchema>;
 export type GatewayConfig = z.output<typeof configSchema>;
 export type SkuConfig = GatewayConfig['skus'][string];
 export type ToolPrice = GatewayConfig['tools'][string];
+export type X402Config = GatewayConfig['payments']['x402'];

@@ -8,7 +8,7 @@ import { errorResponse, idOf, isObject, type JsonRpcId, type JsonRpcMessage, typ
 import type { ToolCatalog } from '../mcp/tool-catalog.js';
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
 import type { Metrics } from '../observability/metrics.js';
-import { methodLabel } from '../observability/metrics.js';
+import { methodLabel, statusClass } from '../observability/metrics.js';
 import type { Logger } from '../observability/logger.js';
 import type { Authorisation, Paywall, PricedCall } from '../paywall/decide.js';
 import type { ResultShape } from '../paywall/challenge.js';
@@ -334,6 +334,6 @@ function idFromRaw(raw: unknown): JsonRpcId {
 
 function record(deps: McpRouteDeps, label: { method: string; era: Era }, status: number, startedAt: number): void {
   const method = methodLabel(label.method);
-  deps.metrics.mcpRequests.inc({ method, era: label.era, status: String(status) });
+  deps.metrics.mcpRequests.inc({ method, era: label.era, status: statusClass(status) });
   deps.metrics.mcpRequestDuration.observe({ method }, (deps.now() - startedAt) / 1000);
 }

@@ -8,6 +8,8 @@ const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error';
 export type CreditKind = 'granted' | 'spent' | 'refunded';
 export type SettlementResult = 'granted' | 'partial' | 'underpaid' | 'expired';
+/** x402 (SPEC §19), one count per paid retry at each step it reached; docs/payments.md explains each. */
+export type X402PaymentResult = 'verified' | 'invalid' | 'replayed' | 'unavailable' | 'settled' | 'settle_failed' | 'not_settled';
 
 /** MCP method names as metric labels: known ones as they are, anything else `other` (bounded cardinality). */
 const KNOWN_METHODS = new Set([
@@ -16,6 +18,17 @@ const KNOWN_METHODS = new Set([
   'server/discover', 'notifications/initialized', 'notifications/cancelled', 'notifications/progress', 'batch', 'GET', 'DELETE',
 ]);
 export const methodLabel = (method: string): string => (KNOWN_METHODS.has(method) ? method : 'other');
+
+export type StatusClass = '2xx' | '3xx' | '4xx' | '5xx';
+/**
+ * HTTP status codes as metric labels (SPEC §20): the class, never the raw code, which an upstream
+ * chooses freely. A code that is no final status (1xx, 600+, not an integer) counts as 5xx: from the
+ * client's side the exchange failed.
+ */
+export function statusClass(code: number): StatusClass {
+  if (!Number.isInteger(code) || code < 200 || code > 599) return '5xx';
+  return `${Math.floor(code / 100) as 2 | 3 | 4 | 5}xx`;
+}
 
 export interface Metrics {
   registry: client.Registry;
@@ -34,6 +47,7 @@ export interface Metrics {
   storeUp: client.Gauge;
   /** Set to the unix time (seconds) at the end of every reconciler pass this replica ran. */
   reconcilerLastRun: client.Gauge;
+  x402Payments: client.Counter<'sku' | 'result'>;
 }
 
 /**
@@ -51,7 +65,7 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
   const storeUp = new client.Gauge({ name: 'tollbooth_store_up', help: 'Whether the store answered its last ping (1) or not (0).', registers });
   return {
     registry,
-    mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by method, era and HTTP status.', labelNames: ['method', 'era', 'status'], registers }),
+    mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by method, era and HTTP status class (2xx … 5xx).', labelNames: ['method', 'era', 'status'], registers }),
     mcpRequestDuration: new client.Histogram({ name: 'tollbooth_mcp_request_duration_seconds', help: 'Time to answer an MCP request (to response headers for streams).', labelNames: ['method'], buckets: LATENCY_BUCKETS, registers }),
     paidCalls: new client.Counter({ name: 'tollbooth_paid_calls_total', help: 'Calls of priced tools, by outcome.', labelNames: ['tool', 'sku', 'outcome'], registers }),
     credits: new client.Counter({ name: 'tollbooth_credits_total', help: 'Credits granted, spent and refunded.', labelNames: ['sku', 'kind'], registers }),
@@ -77,5 +91,6 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     authFailures: new client.Counter({ name: 'tollbooth_auth_failures_total', help: 'Requests refused by the OAuth resource server, by reason.', labelNames: ['reason'], registers }),
     storeUp,
     reconcilerLastRun: new client.Gauge({ name: 'tollbooth_reconciler_last_run_timestamp_seconds', help: 'Unix time of the last reconciler pass this replica completed (only the lease holder runs it).', registers }),
+    x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
   };
 }
