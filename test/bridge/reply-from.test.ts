@@ -7,11 +7,10 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import Fastify from 'fastify';
 import t from 'tap';
-import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { startTestBridge } from './helpers.js';
 
 t.test('reply-from with { undici: bridge.dispatcher } reaches the bridge on its socket', async (t) => {
-  const bridge = await startTestBridge(t, { command: STDIO_FIXTURE_COMMAND });
+  const bridge = await startTestBridge(t);
   t.match(bridge.url, /^http:\/\/bridge\.local\/mcp$/);
   const app = Fastify();
   await app.register(replyFrom, { base: new URL(bridge.url).origin, undici: bridge.dispatcher as never });
@@ -26,7 +25,7 @@ t.test('reply-from with { undici: bridge.dispatcher } reaches the bridge on its 
   await client.connect(transport);
   t.match(await client.callTool({ name: 'echo', arguments: { text: 'proxied' } }), { content: [{ text: 'proxied' }] });
   const steps: number[] = [];
-  await client.callTool({ name: 'progress', arguments: { steps: 2, tag: 'p' } }, CallToolResultSchema, { onprogress: (p) => void steps.push(p.progress) });
+  await client.callTool({ name: 'slow', arguments: { ms: 20, steps: 2 } }, CallToolResultSchema, { onprogress: (p) => void steps.push(p.progress) });
   t.strictSame(steps, [1, 2], 'SSE streamed through the proxy');
   await transport.terminateSession();
   t.equal(transport.sessionId, undefined, 'DELETE went through');

@@ -6,7 +6,6 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema, ElicitRequestSchema, type ClientCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import t from 'tap';
 import { SHARED_CHILD_CAPABILITIES } from '../../src/bridge/supervisor.js';
-import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { CAPABILITIES_SERVER, MiB, RAW_SERVER, openRawSession, raw, sessionHeaders, startTestBridge, toolCall, waitFor, type Json, type TestBridge } from './helpers.js';
 
 async function connect(bridge: TestBridge, capabilities: ClientCapabilities = {}): Promise<Client> {
@@ -30,21 +29,23 @@ t.test('the shared child is initialised by the bridge with its own capabilities,
 });
 
 t.test('two clients with colliding request ids and progress tokens each get their own progress', async (t) => {
-  const bridge = await startTestBridge(t, { command: STDIO_FIXTURE_COMMAND, sessions: 'shared' });
+  const bridge = await startTestBridge(t, { command: RAW_SERVER, sessions: 'shared' });
   const [a, b] = [await connect(bridge), await connect(bridge)];
-  const seen: Record<string, string[]> = { a: [], b: [] };
-  const call = (client: Client, tag: string) =>
-    client.callTool({ name: 'progress', arguments: { steps: 3, tag } }, CallToolResultSchema, { onprogress: (p) => void seen[tag]!.push(String(p.message)) });
-  const [ra, rb] = await Promise.all([call(a, 'a'), call(b, 'b')]);
-  t.equal(text(ra), 'a done');
-  t.equal(text(rb), 'b done');
-  t.strictSame(seen, { a: ['a 1', 'a 2', 'a 3'], b: ['b 1', 'b 2', 'b 3'] });
+  const seen: Record<string, number[]> = { a: [], b: [] };
+  // Both SDK clients number their first request and its progress token alike: the child must not mix them up.
+  const call = (client: Client, tag: string, steps: number) =>
+    client.callTool({ name: 'slow', arguments: { ms: 30, steps } }, CallToolResultSchema, { onprogress: (p) => void seen[tag]!.push(p.total as number) });
+  const [ra, rb] = await Promise.all([call(a, 'a', 3), call(b, 'b', 2)]);
+  t.equal(text(ra), 'slow done');
+  t.equal(text(rb), 'slow done');
+  t.strictSame(seen, { a: [3, 3, 3], b: [2, 2] });
 });
 
 t.test('a server→client request reaches the client whose call is running, and its answer gets back', async (t) => {
-  const bridge = await startTestBridge(t, { command: STDIO_FIXTURE_COMMAND, sessions: 'shared' });
+  const bridge = await startTestBridge(t, { command: CAPABILITIES_SERVER, sessions: 'shared' });
   const asker = await connect(bridge, { elicitation: {} });
   asker.setRequestHandler(ElicitRequestSchema, async () => ({ action: 'accept', content: { name: 'Ada' } }));
+  await connect(bridge, { elicitation: {} }); // another capable client, idle: not a candidate
   t.equal(text(await asker.callTool({ name: 'ask', arguments: { via: 'elicit' } })), 'elicited accept {"name":"Ada"}');
 });
 
