@@ -33,19 +33,23 @@ t.test('reply-from with { undici: bridge.dispatcher } reaches the bridge on its 
 });
 
 t.test('the socket lives in a private (0700) directory that close() removes', async (t) => {
-  const { readdir, stat } = await import('node:fs/promises');
+  const { mkdtemp, readdir, rm, stat } = await import('node:fs/promises');
   const { tmpdir } = await import('node:os');
-  const bridgeDirs = async (): Promise<string[]> => (await readdir(tmpdir())).filter((name) => name.startsWith('tollbooth-bridge-'));
-  const before = new Set(await bridgeDirs());
-  const bridge = await startTestBridge(t);
-  const created = (await bridgeDirs()).filter((name) => !before.has(name));
-  t.ok(created.length >= 1, 'a directory of its own');
-  const ours = [];
-  for (const dir of created) {
-    const entries = await readdir(`${tmpdir()}/${dir}`).catch(() => []);
-    if (entries.includes('mcp.sock')) ours.push(dir);
-    t.equal((await stat(`${tmpdir()}/${dir}`)).mode & 0o777, 0o700, `${dir} is 0700`);
-  }
+  // A temporary directory of this test's own (os.tmpdir() follows TMPDIR), so other bridges running in parallel do not count.
+  const parent = await mkdtemp(`${tmpdir()}/bridge-test-`);
+  t.teardown(() => rm(parent, { recursive: true, force: true }));
+  const saved = process.env.TMPDIR;
+  process.env.TMPDIR = parent;
+  const bridge = await startTestBridge(t).finally(() => {
+    if (saved === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = saved;
+  });
+  const created = await readdir(parent);
+  t.equal(created.length, 1, 'one directory');
+  t.match(created[0], /^tollbooth-bridge-/);
+  const dir = `${parent}/${created[0]}`;
+  t.equal((await stat(dir)).mode & 0o777, 0o700, 'only this user can enter it');
+  t.strictSame(await readdir(dir), ['mcp.sock']);
   await bridge.close();
-  for (const dir of ours) await t.rejects(stat(`${tmpdir()}/${dir}`), { code: 'ENOENT' }, `${dir} is gone after close()`);
+  await t.rejects(stat(dir), { code: 'ENOENT' }, 'gone after close()');
 });
