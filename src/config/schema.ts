@@ -62,10 +62,18 @@ const serverSchema = z.strictObject({
   trustProxy: z.boolean().default(false),
 });
 
+/** How a stdio upstream's children are run (SPEC §5.5, src/bridge/README.md); only with upstream.command. */
+const stdioSchema = z.strictObject({
+  sessions: z.enum(['perClient', 'shared']).default('perClient'),
+  maxChildren: positiveInt.default(32),
+  idleTimeout: duration.refine((ms) => ms >= 1_000, 'a duration of at least 1s').default(600_000),
+});
+
 const upstreamSchema = z
   .strictObject({
     url: httpUrl.optional(),
     command: z.array(z.string()).min(1, 'a command with at least the program name').optional(),
+    stdio: stdioSchema.optional(),
     headers: z.record(z.string(), z.string()).default({}),
     callDeadline: duration.default(20_000),
     maxResponseBytes: byteSize.default(16 * 1024 ** 2),
@@ -75,7 +83,12 @@ const upstreamSchema = z
     if (count !== 1) {
       ctx.addIssue({ code: 'custom', message: 'exactly one of upstream.url or upstream.command', input: value, params: { found: count === 0 ? 'neither' : 'both' } });
     }
-  });
+    if (value.stdio !== undefined && value.command === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['stdio'], message: 'no upstream.stdio unless upstream.command is set (it says how stdio children run)', input: value.stdio, params: { found: 'upstream.stdio beside upstream.url' } });
+    }
+  })
+  // A stdio upstream always has its settings, defaults applied.
+  .transform((value) => (value.command !== undefined && value.stdio === undefined ? { ...value, stdio: stdioSchema.parse({}) } : value));
 
 const storeSchema = z
   .strictObject({
