@@ -23,7 +23,7 @@ commands:
   handle show <handle|fingerprint>         a handle's principal, balances and expiry
   credits grant <handle|fingerprint> --sku SKU --credits N --reason TEXT
                                            add credits by hand (logged as evt "admin_grant")
-  charges list [--status pending|underpaid|settled|abandoned]
+  charges list [--status pending|underpaid|settled|abandoned|expired]
   bridge [--port N] -- <command…>          serve a stdio MCP server over Streamable HTTP, no paywall (--help)
 
 --config FILE defaults to $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG}.

@@ -8,7 +8,7 @@ import { DevProvider } from './payments/dev.js';
 import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Reconciler } from './payments/reconciler.js';
-import { registerMooveWebhookRoute } from './payments/webhook.js';
+import { MOOVE_WEBHOOK_EVENT_MEMORY_MS, registerMooveWebhookRoute } from './payments/webhook.js';
 import { HttpUpstream } from './proxy/upstream-http.js';
 import { StdioUpstream } from './proxy/upstream-stdio.js';
 import type { Upstream } from './proxy/upstream.js';
@@ -55,6 +55,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
         onLink: async (linkId) => {
           await settler.observeByRef(linkId);
         },
+        claimEvent: (eventId) => store.claimEvent('moove', eventId, MOOVE_WEBHOOK_EVENT_MEMORY_MS),
       }),
   });
   const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval, now });

@@ -271,6 +271,8 @@ export const configSchema = z
       .strictObject({
         perHandle: rateSchema.default({ ratePerSecond: 2, burst: 10 }),
         challengesPerClient: rateSchema.default({ ratePerSecond: 0.2, burst: 5 }),
+        // Every replica together: new checkout links opened per second (a burst of as many), §6.2 step 2.
+        newChargesPerSecond: z.number('a positive number of new charges per second').positive('a positive number of new charges per second').default(20),
       })
       .prefault({}),
     auth: authSchema.prefault({}),
@@ -282,6 +284,16 @@ export const configSchema = z
       if (!Object.hasOwn(config.skus, price.sku)) {
         ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
+    }
+    // §3: a charge opened just before the handle's last call could be paid after the handle expired.
+    // (A ttl under the 1 h floor is already reported at its own path.)
+    if (config.handles.ttl >= 3_600_000 && config.handles.ttl <= config.payments.chargeTtl) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['handles', 'ttl'],
+        message: `a handles.ttl longer than payments.chargeTtl (${config.payments.chargeTtl} ms) so a payment never lands on an expired handle`,
+        input: config.handles.ttl,
+      });
     }
     checkX402Currencies(config, ctx);
     if (config.auth.mode === 'oauth' && !config.server.publicUrl) {
