@@ -140,7 +140,7 @@ export class Paywall {
 
     let remaining: number | null = null;
     try {
-      remaining = keep ? await store.commit(held.handleHash, held.reservationId) : await store.release(held.handleHash, held.reservationId);
+      remaining = keep ? await store.commit(held.handleHash, held.reservationId, priced.call.name) : await store.release(held.handleHash, held.reservationId);
       metrics.credits.inc({ sku, kind: keep ? 'spent' : 'refunded' }, cost);
     } catch (error) {
       // The reconciler releases the reservation after its deadline: the payer is never charged for this.
