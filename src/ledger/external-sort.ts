@@ -29,7 +29,7 @@ export interface SortOptions {
   tmpRoot?: string;
 }
 
-export const DEFAULT_RUN_SIZE = 10_000;
+export const DEFAULT_RUN_SIZE = 5_000;
 export const DEFAULT_FAN_IN = 64;
 
 const compare = (a: SortItem, b: SortItem): number => a.at - b.at || a.account - b.account || a.seq - b.seq;
