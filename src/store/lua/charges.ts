@@ -132,7 +132,7 @@ local ends = ledger_end(KEYS[1], clock, tonumber(ARGV[8]))
 ledger_open(KEYS[1], KEYS[3], KEYS[4], clock, ends)
 if alive then
   if credits > 0 then
-    index_expiry(KEYS[5], ARGV[9], tonumber(redis.call('HGET', KEYS[1], 'x')), clock)
+    index_expiry(KEYS[5], ARGV[9], tonumber(redis.call('HGET', KEYS[1], 'x')), clock, KEYS[1])
     redis.call('HINCRBY', KEYS[1], 'b:' .. c.sku, int(credits))
     redis.call('HSET', KEYS[1], 'f:' .. c.sku, '1')
   end

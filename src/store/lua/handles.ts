@@ -143,7 +143,7 @@ if not handle_live(KEYS[1], now) then return false end
 local sku = ARGV[1]
 local ends = ledger_end(KEYS[1], now, tonumber(ARGV[5]))
 ledger_open(KEYS[1], KEYS[2], KEYS[3], now, ends)
-index_expiry(KEYS[4], ARGV[6], tonumber(redis.call('HGET', KEYS[1], 'x')), now)
+index_expiry(KEYS[4], ARGV[6], tonumber(redis.call('HGET', KEYS[1], 'x')), now, KEYS[1])
 local balance = redis.call('HINCRBY', KEYS[1], 'b:' .. sku, ARGV[2])
 ledger_append(KEYS[3], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'adjust', sku, tonumber(ARGV[2]), balance + reserved_of(KEYS[2], sku), {'why', ARGV[4]})
 return balance

@@ -74,10 +74,13 @@ local function ledger_open(handle, res, ledger, now, ends_at)
   end
 end
 
--- The handle-expiry index entry of a handle that holds or held credits: score = its expiry.
-local function index_expiry(index, handle_hash, x, now)
+-- The handle-expiry index entry of a handle that holds or held credits: score = its expiry. With
+-- \`handle\`, its keys are also kept the grace period past x (a handle created before the ledger
+-- existed has a TTL of exactly x, and the expiry step must find it).
+local function index_expiry(index, handle_hash, x, now, handle)
   redis.call('ZADD', index, int(x), handle_hash)
   live_until(index, x + HANDLE_GRACE_MS, now)
+  if handle then live_until(handle, x + HANDLE_GRACE_MS, now) end
 end
 `;
 
