@@ -60,6 +60,11 @@ export class KeySpace {
   devLink(id: string): string {
     return `${this.prefix}{dev:${id}}`;
   }
+
+  /** Hash: JSON-RPC id → priced-request record, for one upstream session (its hash). SPEC §6.5. */
+  pricedRequests(sessionHash: string): string {
+    return `${this.prefix}{pr:${sessionHash}}`;
+  }
 }
 
 /** Index members name a record inside a handle's slot: "handleHash:id" (hashes are hex, ids base64url). */

@@ -23,6 +23,8 @@ import {
   type HandleState,
   type NewHandle,
   type OpenChargeRequest,
+  type PricedRequestKey,
+  type PricedRequestRecord,
   type SettlementClaim,
   type SpendDecision,
   type SpendRequest,
@@ -385,6 +387,25 @@ export class RedisStore implements Store {
     }
   }
 
+  // ── priced-request registry (SPEC §6.5) ────────────────────────────────────────────────────────────
+  // One key per upstream session (its own slot), one field per request: each call touches one key.
+
+  async registerPricedRequest(key: PricedRequestKey, record: PricedRequestRecord, ttlMs: number): Promise<void> {
+    const hash = this.keys.pricedRequests(key.session);
+    await this.call('registerPricedRequest', () => this.run('tbRegisterPricedRequest', [hash], [key.requestId, JSON.stringify(record), ttlMs, this.now()]));
+  }
+
+  async getPricedRequest(key: PricedRequestKey): Promise<PricedRequestRecord | null> {
+    return parsePricedRequest(await this.call('getPricedRequest', () => this.client.hget(this.keys.pricedRequests(key.session), key.requestId)));
+  }
+
+  async concludePricedRequest(key: PricedRequestKey, state: 'committed' | 'released', remaining: number | null): Promise<PricedRequestRecord | null> {
+    const hash = this.keys.pricedRequests(key.session);
+    return parsePricedRequest(await this.call('concludePricedRequest', () => this.run('tbConcludePricedRequest', [hash], [key.requestId, state, remaining ?? ''])));
+  }
+
+  // ── end of the priced-request registry ───────────────────────────────────────────────────────────
+
   // ── internals ────────────────────────────────────────────────────────────────────────────────────
 
   private async settleReservation(op: string, script: 'tbCommit' | 'tbRelease', handleHash: string, reservationId: string): Promise<number | null> {
@@ -446,6 +467,10 @@ const asArray = (reply: Reply): Reply[] => (Array.isArray(reply) ? reply : [repl
 
 function parseCharge(raw: Reply | undefined): ChargeRecord | null {
   return typeof raw === 'string' ? (JSON.parse(raw) as ChargeRecord) : null;
+}
+
+function parsePricedRequest(raw: Reply | undefined): PricedRequestRecord | null {
+  return typeof raw === 'string' ? (JSON.parse(raw) as PricedRequestRecord) : null;
 }
 
 /** When a charge record expires: mirrors charge_end in lua/prelude.ts. */

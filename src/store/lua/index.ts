@@ -5,6 +5,7 @@ import { ABANDON_CHARGE, ABORT_CHARGE, ATTACH_LINK, BEGIN_CHARGE, CLAIM_SETTLEME
 import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, SET_INDEX_ADD, TAKE_CHALLENGE_TOKEN } from './global.js';
 import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
 import { PRELUDE } from './prelude.js';
+import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
 
 const BODIES = {
   tbCreateHandle: CREATE_HANDLE,
@@ -24,6 +25,9 @@ const BODIES = {
   tbPayDevLink: PAY_DEV_LINK,
   tbIndexAdd: INDEX_ADD,
   tbSetIndexAdd: SET_INDEX_ADD,
+  // priced-request registry (SPEC §6.5)
+  tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
+  tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;
