@@ -9,9 +9,8 @@ import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Reconciler } from './payments/reconciler.js';
 import { registerMooveWebhookRoute } from './payments/webhook.js';
-import { HttpUpstream } from './proxy/upstream-http.js';
-import { StdioUpstream } from './proxy/upstream-stdio.js';
-import type { Upstream } from './proxy/upstream.js';
+import { startStdioShim } from './proxy/stdio-shim.js';
+import { httpUpstreamTarget, type UpstreamTarget } from './proxy/upstream-target.js';
 import { buildGateway, type Gateway } from './server.js';
 import { createStore } from './store/create.js';
 import type { Store } from './store/store.js';
@@ -33,9 +32,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   const now = options.now ?? Date.now;
   const store = await createStore(config, { logger });
   const metrics = createMetrics(() => store.countPendingCharges());
-  const upstream: Upstream = config.upstream.command
-    ? await StdioUpstream.start(config.upstream.command, { logger })
-    : new HttpUpstream(config.upstream.url as string);
+  const upstream: UpstreamTarget = config.upstream.command ? await startStdioShim(config.upstream.command, { logger }) : httpUpstreamTarget(config.upstream.url as string);
   const provider: PaymentProvider =
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })

@@ -13,8 +13,12 @@ export interface SseEvent {
   data: string | null;
 }
 
-/** Returns replacement data for an event, or undefined to pass it unchanged. May be async (a lookup first). */
-export type SseHook = (event: SseEvent) => string | undefined | Promise<string | undefined>;
+/** A hook's answer that removes an event's data: its id and other fields still pass, nothing is dispatched. */
+export const DROP_DATA: unique symbol = Symbol('sse.dropData');
+
+/** Returns replacement data for an event, DROP_DATA, or undefined to pass it unchanged. May be async (a lookup first). */
+export type SseHook = (event: SseEvent) => SseReplacement | Promise<SseReplacement>;
+export type SseReplacement = string | typeof DROP_DATA | undefined;
 
 export interface SseLimits {
   /** Largest single event accepted; a bigger one ends the stream with an error (SPEC upstream.maxResponseBytes). */
@@ -152,8 +156,9 @@ function toEvent(lines: string[]): SseEvent {
 }
 
 /** The event as text. With a replacement, the data lines are replaced and every other line kept. */
-export function serialiseEvent(event: SseEvent, replacement?: string): string {
+export function serialiseEvent(event: SseEvent, replacement?: SseReplacement): string {
   if (replacement === undefined) return `${event.lines.join('\n')}\n\n`;
+  if (replacement === DROP_DATA) return withoutData(event);
   const kept = event.lines.filter((line) => !(line.startsWith('data:') || line === 'data'));
   const dataLines = replacement.split('\n').map((part) => `data: ${part}`);
   // Keep the field order readable: id/event/retry/comments first, then the data.
