@@ -24,6 +24,7 @@ export const ERROR_TABLE = {
   TB_ERR_STORE_UNAVAILABLE: { http: 503, rpc: -32603 },
   TB_ERR_STORE_TTL_FLOOR: { http: 500, rpc: -32603 },
   TB_ERR_PROVIDER: { http: 502, rpc: -32603 },
+  TB_ERR_FACILITATOR: { http: 502, rpc: -32603 },
   TB_ERR_NOT_FOUND: { http: 404, rpc: -32601 },
   TB_ERR_WEBHOOK_SIGNATURE: { http: 401, rpc: -32600 },
   TB_ERR_WEBHOOKS_OFF: { http: 503, rpc: -32600 },

@@ -14,6 +14,7 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   for (const name of Object.keys(copy.upstream.headers)) {
     copy.upstream.headers[name] = maskValue(copy.upstream.headers[name] ?? '');
   }
+  copy.payments.x402.facilitatorUrl = maskUrlPassword(copy.payments.x402.facilitatorUrl);
   const { redis } = copy.store;
   if (redis) {
     if (redis.url !== undefined) redis.url = maskUrlPassword(redis.url);

@@ -6,6 +6,7 @@
 // cannot be judged from the one node at its path passes `params.found` to say what was found.
 import { z } from 'zod';
 import { compareDecimal, isDecimalString } from '../payments/decimal.js';
+import { knownAsset } from '../payments/x402/assets.js';
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
@@ -94,6 +95,62 @@ const storeSchema = z
     }
   });
 
+// ── payments.x402 (SPEC §19): the per-call rail for agents with a wallet ──────────────────────────
+// Off while facilitatorUrl is empty. Formats are checked either way; what only matters for a live
+// rail (a payee, a token the library can describe) is checked when it is on.
+const evmAddress = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'a 0x-prefixed 20-byte hex address');
+const x402Schema = z
+  .strictObject({
+    facilitatorUrl: z.union([httpUrl, z.literal('')], 'an absolute http(s) URL of an x402 facilitator, or "" for off').default(''),
+    network: z.string().regex(/^eip155:[1-9]\d{0,17}$/, 'a CAIP-2 EVM network id such as "eip155:8453"').default('eip155:8453'),
+    asset: evmAddress.default('0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913'),
+    assetDecimals: z.int('an integer number of decimals from 0 to 36').min(0, 'an integer number of decimals from 0 to 36').max(36, 'an integer number of decimals from 0 to 36').default(6),
+    currency: z.string().min(1, 'a non-empty currency code, e.g. USDC').default('USDC'),
+    payTo: z.union([evmAddress, z.literal('')], 'a 0x-prefixed 20-byte hex address').default(''),
+    maxTimeoutSeconds: positiveInt.max(3600, 'a positive integer of at most 3600 (seconds)').default(120),
+    extra: z.strictObject({ name: z.string().min(1, 'a non-empty EIP-712 domain name'), version: z.string().min(1, 'a non-empty EIP-712 domain version') }).optional(),
+  })
+  .superRefine((value, ctx) => {
+    if (!isHttpUrl(value.facilitatorUrl)) return; // off, or already refused
+    if (value.payTo === '' || /^0x0{40}$/.test(value.payTo)) {
+      ctx.addIssue({ code: 'custom', path: ['payTo'], message: 'a non-zero payTo address because payments.x402.facilitatorUrl is set (where the payments go)', input: value.payTo });
+    }
+    const known = knownAsset(value.network, value.asset);
+    if (known && known.transferMethod !== 'eip3009') {
+      ctx.addIssue({ code: 'custom', path: ['asset'], message: `an EIP-3009 token (@x402/evm transfers this one with ${known.transferMethod}, which the x402 rail does not support)`, input: value.asset });
+    }
+    if (known && known.decimals !== value.assetDecimals) {
+      ctx.addIssue({ code: 'custom', path: ['assetDecimals'], message: `${known.decimals}, the decimals of this asset on ${value.network}`, input: value.assetDecimals });
+    }
+    if (!known && value.extra === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['extra'], message: `the token's EIP-712 domain { name, version }: @x402/evm does not know asset ${value.asset} on ${value.network}`, input: value.extra, params: { found: 'nothing (no "extra" key)' } });
+    }
+  })
+  .transform((value) => {
+    // The effective config must parse again (tollbooth check prints it): resolve extra, derive nothing else.
+    if (value.facilitatorUrl === '' || value.extra !== undefined) return value;
+    const known = knownAsset(value.network, value.asset);
+    return known ? { ...value, extra: { name: known.name, version: known.version } } : value;
+  });
+
+/** With x402 on: a SKU that asks for an x402 price must be in its currency, and some SKU must be (else the rail is dead). */
+function checkX402Currencies(config: { payments: { x402: { facilitatorUrl: string; currency: string } }; skus: Record<string, { currency: string; x402Price?: string | undefined }> }, ctx: z.RefinementCtx): void {
+  const { facilitatorUrl, currency } = config.payments.x402;
+  if (!facilitatorUrl) return;
+  let offered = 0;
+  for (const [name, sku] of Object.entries(config.skus)) {
+    if (sku.currency === currency) {
+      offered += 1;
+    } else if (sku.x402Price !== undefined || sku.currency.toUpperCase() === currency.toUpperCase()) {
+      const why = sku.x402Price !== undefined ? 'this SKU sets x402Price' : 'it differs only in letter case';
+      ctx.addIssue({ code: 'custom', path: ['skus', name, 'currency'], message: `the x402 currency "${currency}" (payments.x402.currency) because ${why}`, input: sku.currency });
+    }
+  }
+  if (offered === 0) {
+    ctx.addIssue({ code: 'custom', path: ['payments', 'x402', 'currency'], message: `the currency of at least one SKU, because x402 is on (SKU currencies: ${[...new Set(Object.values(config.skus).map((sku) => sku.currency))].join(', ') || 'none'})`, input: currency });
+  }
+}
+
 const paymentsSchema = z
   .strictObject({
     provider: z.enum(['dev', 'moove']).default('dev'),
@@ -110,6 +167,7 @@ const paymentsSchema = z
       .refine((s) => s.minimumFraction <= 1 - s.tolerance, { message: 'a minimumFraction ≤ 1 − tolerance', path: ['minimumFraction'] })
       .prefault({}),
     reconcile: z.strictObject({ interval: duration.default(60_000) }).prefault({}),
+    x402: x402Schema.prefault({}),
   })
   .superRefine((value, ctx) => {
     if (value.provider === 'moove' && value.moove.apiKey === '') {
@@ -124,6 +182,7 @@ const skuSchema = z
     currency: z.string().min(1, 'a non-empty currency code, e.g. USDC'),
     credits: positiveInt,
     allowBelowMinimum: z.boolean().default(false),
+    x402Price: z.string('a decimal price per credit written as a string, e.g. "0.02"').regex(/^\d+(\.\d{1,18})?$/, 'a positive decimal string per credit, e.g. "0.02"').refine((value) => /[1-9]/.test(value), 'a price greater than zero').optional(),
   })
   .superRefine((sku, ctx) => {
     if (!sku.allowBelowMinimum && isDecimalString(sku.amount) && compareDecimal(sku.amount, '5') < 0) {
@@ -188,6 +247,7 @@ export const configSchema = z
         ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
     }
+    checkX402Currencies(config, ctx);
     if (config.auth.mode === 'oauth' && !config.server.publicUrl) {
       ctx.addIssue({ code: 'custom', path: ['server', 'publicUrl'], message: 'an absolute http(s) server.publicUrl because auth.mode is oauth', input: config.server.publicUrl });
     }
@@ -205,3 +265,4 @@ export type ConfigInput = z.input<typeof configSchema>;
 export type GatewayConfig = z.output<typeof configSchema>;
 export type SkuConfig = GatewayConfig['skus'][string];
 export type ToolPrice = GatewayConfig['tools'][string];
+export type X402Config = GatewayConfig['payments']['x402'];

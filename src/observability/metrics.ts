@@ -8,6 +8,8 @@ const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error';
 export type CreditKind = 'granted' | 'spent' | 'refunded';
 export type SettlementResult = 'granted' | 'partial' | 'underpaid' | 'expired';
+/** x402 (SPEC §19), one count per paid retry at each step it reached; docs/payments.md explains each. */
+export type X402PaymentResult = 'verified' | 'invalid' | 'replayed' | 'unavailable' | 'settled' | 'settle_failed' | 'not_settled';
 
 /** MCP method names as metric labels: known ones as they are, anything else `other` (bounded cardinality). */
 const KNOWN_METHODS = new Set([
@@ -34,6 +36,7 @@ export interface Metrics {
   storeUp: client.Gauge;
   /** Set to the unix time (seconds) at the end of every reconciler pass this replica ran. */
   reconcilerLastRun: client.Gauge;
+  x402Payments: client.Counter<'sku' | 'result'>;
 }
 
 /**
@@ -77,5 +80,6 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     authFailures: new client.Counter({ name: 'tollbooth_auth_failures_total', help: 'Requests refused by the OAuth resource server, by reason.', labelNames: ['reason'], registers }),
     storeUp,
     reconcilerLastRun: new client.Gauge({ name: 'tollbooth_reconciler_last_run_timestamp_seconds', help: 'Unix time of the last reconciler pass this replica completed (only the lease holder runs it).', registers }),
+    x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
   };
 }

@@ -9,7 +9,15 @@ export const REFUSAL_META_KEY = 'xyz.tollbooth/refusal';
 export const RECEIPT_META_KEY = 'xyz.tollbooth/receipt';
 
 export type ChallengeReason = 'payment_required' | 'unknown_handle' | 'credits_exhausted' | 'underpaid';
-export type RefusalReason = 'rate_limited' | 'bound_to_other_principal' | 'payments_unavailable' | 'deadline_exceeded' | 'upstream_unavailable';
+export type RefusalReason =
+  | 'rate_limited'
+  | 'bound_to_other_principal'
+  | 'payments_unavailable'
+  | 'deadline_exceeded'
+  | 'upstream_unavailable'
+  // x402 (SPEC §19): the payment in _meta["x402/payment"] was not accepted / could not be settled.
+  | 'payment_invalid'
+  | 'payment_failed';
 
 export interface ChallengeInput {
   reason: ChallengeReason;
@@ -69,10 +77,14 @@ const REFUSAL_TEXT: Record<RefusalReason, (retryAfterSeconds?: number) => string
   payments_unavailable: () => 'Payments are temporarily unavailable, so this paid tool cannot run right now; no credit was spent. Retry in a minute.',
   deadline_exceeded: () => 'The tool did not finish in time and was stopped; the credit was refunded. You may retry.',
   upstream_unavailable: () => 'The tool server is unavailable or answered with an error; no credit was spent. Retry later.',
+  payment_invalid: () => 'The x402 payment was not accepted, so the tool did not run and nothing was charged. Sign a new payment for the requirements in this result and retry.',
+  payment_failed: () => 'The x402 payment could not be settled, so the result is withheld and the payment was not taken. Retry with a new payment.',
 };
 
-export function refusalResult(reason: RefusalReason, shape: ResultShape, options: { retryAfterSeconds?: number; text?: string } = {}): JsonObject {
-  const data = options.retryAfterSeconds === undefined ? { reason } : { reason, retryAfterSeconds: options.retryAfterSeconds };
+/** `details` adds fields after `reason` in the machine-readable data (e.g. x402's `invalidReason`). */
+export function refusalResult(reason: RefusalReason, shape: ResultShape, options: { retryAfterSeconds?: number; text?: string; details?: JsonObject } = {}): JsonObject {
+  const base = options.retryAfterSeconds === undefined ? { reason } : { reason, retryAfterSeconds: options.retryAfterSeconds };
+  const data = options.details === undefined ? base : { ...base, ...options.details, reason };
   const text = options.text ?? REFUSAL_TEXT[reason](options.retryAfterSeconds);
   return finish({ content: [{ type: 'text', text }], isError: true, _meta: { [REFUSAL_META_KEY]: data } }, data, shape);
 }

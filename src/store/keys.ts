@@ -65,6 +65,13 @@ export class KeySpace {
   pricedRequests(sessionHash: string): string {
     return `${this.prefix}{pr:${sessionHash}}`;
   }
+
+  // ── x402 (SPEC §19): keys of one payer share the tag {x402:<payer address>} ──
+
+  /** String: the claim record (JSON) of one EIP-3009 authorization nonce. */
+  paymentNonce(key: { network: string; asset: string; payer: string; nonce: string }): string {
+    return `${this.prefix}{x402:${key.payer.toLowerCase()}}:nonce:${key.network.toLowerCase()}:${key.asset.toLowerCase()}:${key.nonce.toLowerCase()}`;
+  }
 }
 
 /** Index members name a record inside a handle's slot: "handleHash:id" (hashes are hex, ids base64url). */

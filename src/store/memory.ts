@@ -10,6 +10,7 @@ import { GatewayError } from '../errors.js';
 import {
   HANDLE_TTL_FLOOR_MS,
   OPENING_GRACE_MS,
+  PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
   RETENTION_MS,
   type BeginChargeResult,
@@ -22,6 +23,10 @@ import {
   type OpenChargeRequest,
   type PricedRequestKey,
   type PricedRequestRecord,
+  type PaymentNonceClaim,
+  type PaymentNonceKey,
+  type PaymentNonceOutcome,
+  type PaymentNonceRecord,
   type SettlementClaim,
   type SpendDecision,
   type SpendRequest,
@@ -411,6 +416,50 @@ export class MemoryStore implements Store {
   }
 
   // ── end of the priced-request registry ───────────────────────────────────────────────────────────
+  // ── x402 authorizations (SPEC §19) ───────────────────────────────────────────────────────────────
+  // One record per authorization nonce; no await between the look-up and the write, so the first
+  // claim wins. Expired records are dropped on access and by a sweep at most once a minute.
+
+  private readonly paymentNonces = new Map<string, PaymentNonceRecord>();
+  private nextPaymentNonceSweepAt = 0;
+
+  async claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean> {
+    const now = this.clock();
+    this.sweepPaymentNonces(now);
+    const key = paymentNonceId(claim);
+    if (this.livePaymentNonce(key, now)) return false;
+    const expiresAt = Math.max(claim.expiresAt, now + PAYMENT_NONCE_MIN_TTL_MS);
+    this.paymentNonces.set(key, { ...copyNonceKey(claim), expiresAt, claimedAt: claim.claimedAt, sku: claim.sku, tool: claim.tool, amount: claim.amount, state: 'claimed', transaction: null, finishedAt: null });
+    return true;
+  }
+
+  async finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean> {
+    const record = this.livePaymentNonce(paymentNonceId(key), this.clock());
+    if (!record || record.state !== 'claimed') return false;
+    record.state = outcome.state;
+    record.transaction = outcome.transaction;
+    record.finishedAt = outcome.at;
+    return true;
+  }
+
+  async getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null> {
+    const record = this.livePaymentNonce(paymentNonceId(key), this.clock());
+    return record ? { ...record } : null;
+  }
+
+  private livePaymentNonce(key: string, now: number): PaymentNonceRecord | null {
+    const record = this.paymentNonces.get(key);
+    if (!record) return null;
+    if (record.expiresAt > now) return record;
+    this.paymentNonces.delete(key);
+    return null;
+  }
+
+  private sweepPaymentNonces(now: number): void {
+    if (now < this.nextPaymentNonceSweepAt) return;
+    this.nextPaymentNonceSweepAt = now + SWEEP_INTERVAL_MS;
+    for (const [key, record] of this.paymentNonces) if (record.expiresAt <= now) this.paymentNonces.delete(key);
+  }
 
   /** Sizes of every map, for tests and debugging (not part of Store). */
   stats(): { handles: number; reservations: number; charges: number; challengeBuckets: number; leases: number; devLinks: number } {
@@ -511,3 +560,9 @@ export class MemoryStore implements Store {
     return charge ? { ...charge } : null;
   }
 }
+
+// ── x402 authorizations ────────────────────────────────────────────────────────────────────────────
+
+/** Letter case never makes two keys of one authorization (addresses and hex nonces are case-insensitive). */
+const copyNonceKey = (key: PaymentNonceKey): PaymentNonceKey => ({ network: key.network.toLowerCase(), asset: key.asset.toLowerCase(), payer: key.payer.toLowerCase(), nonce: key.nonce.toLowerCase() });
+const paymentNonceId = (key: PaymentNonceKey): string => Object.values(copyNonceKey(key)).join('\n');

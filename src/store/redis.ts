@@ -13,6 +13,7 @@ import { errorMessage, openRedisClient, withBudget, type RedisClient } from './r
 import {
   HANDLE_TTL_FLOOR_MS,
   OPENING_GRACE_MS,
+  PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
   RETENTION_MS,
   type BeginChargeResult,
@@ -25,6 +26,10 @@ import {
   type OpenChargeRequest,
   type PricedRequestKey,
   type PricedRequestRecord,
+  type PaymentNonceClaim,
+  type PaymentNonceKey,
+  type PaymentNonceOutcome,
+  type PaymentNonceRecord,
   type SettlementClaim,
   type SpendDecision,
   type SpendRequest,
@@ -405,6 +410,41 @@ export class RedisStore implements Store {
   }
 
   // ── end of the priced-request registry ───────────────────────────────────────────────────────────
+
+  // ── x402 authorizations (SPEC §19) ───────────────────────────────────────────────────────────────
+  // One string key per nonce under the payer's hash tag (keys.ts). The claim is `SET NX PX`: one
+  // atomic command, so the first claim wins on any replica and in Cluster mode.
+
+  async claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean> {
+    const now = this.now();
+    const ttlMs = Math.max(claim.expiresAt - now, PAYMENT_NONCE_MIN_TTL_MS);
+    const record: PaymentNonceRecord = {
+      network: claim.network.toLowerCase(),
+      asset: claim.asset.toLowerCase(),
+      payer: claim.payer.toLowerCase(),
+      nonce: claim.nonce.toLowerCase(),
+      expiresAt: now + ttlMs,
+      claimedAt: claim.claimedAt,
+      sku: claim.sku,
+      tool: claim.tool,
+      amount: claim.amount,
+      state: 'claimed',
+      transaction: null,
+      finishedAt: null,
+    };
+    const reply = await this.call('claimPaymentNonce', () => this.client.set(this.keys.paymentNonce(claim), JSON.stringify(record), 'PX', ttlMs, 'NX'));
+    return reply === 'OK';
+  }
+
+  async finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean> {
+    const reply = await this.call('finishPaymentNonce', () => this.run('tbFinishPaymentNonce', [this.keys.paymentNonce(key)], [outcome.state, outcome.transaction ?? '', outcome.at]));
+    return Number(reply) === 1;
+  }
+
+  async getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null> {
+    const raw = await this.call('getPaymentNonce', () => this.client.get(this.keys.paymentNonce(key)));
+    return raw === null ? null : (JSON.parse(raw) as PaymentNonceRecord);
+  }
 
   // ── internals ────────────────────────────────────────────────────────────────────────────────────
 

@@ -153,6 +153,49 @@ export interface Store {
    */
   concludePricedRequest(key: PricedRequestKey, state: 'committed' | 'released', remaining: number | null): Promise<PricedRequestRecord | null>;
   // ── end of the priced-request registry ─────────────────────────────────────────────────────────
+  // ── x402 authorizations (SPEC §19) ──────────────────────────────────────────────────────────────
+  /** First claim wins: true for exactly one caller per key (any replica). Kept until max(expiresAt, now + PAYMENT_NONCE_MIN_TTL_MS). */
+  claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean>;
+  /** Records how a claim ended (only a 'claimed' record changes); false if it is unknown, expired or already finished. */
+  finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean>;
+  getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null>;
+}
+
+// ── x402 authorizations ──────────────────────────────────────────────────────────────────────────
+
+/** One EIP-3009 authorization: network (CAIP-2), asset and payer addresses and the nonce, all lower-case. */
+export interface PaymentNonceKey {
+  network: string;
+  asset: string;
+  payer: string;
+  nonce: string; // 0x + 64 hex digits
+}
+
+export interface PaymentNonceClaim extends PaymentNonceKey {
+  /** Epoch ms until which the claim is kept: at least the authorization's validBefore (plus clock margin). */
+  expiresAt: number;
+  claimedAt: number;
+  sku: string;
+  tool: string;
+  amount: string; // atomic units
+}
+
+export type PaymentNonceState = 'claimed' | 'settled' | 'settle_failed' | 'not_settled';
+
+export interface PaymentNonceOutcome {
+  state: Exclude<PaymentNonceState, 'claimed'>;
+  /** The settlement transaction hash, when the facilitator gave one. */
+  transaction: string | null;
+  at: number; // epoch ms
+}
+
+/** A claim lives at least this long, whatever expiresAt says (an authorization already past its window). */
+export const PAYMENT_NONCE_MIN_TTL_MS = 60_000;
+
+export interface PaymentNonceRecord extends PaymentNonceClaim {
+  state: PaymentNonceState;
+  transaction: string | null;
+  finishedAt: number | null;
 }
 
 // ── priced-request registry (SPEC §6.5) ───────────────────────────────────────────────────────────

@@ -40,7 +40,7 @@ t.test('an unknown key is refused, named with its own line:column and the neares
       '    creditz: 250',
     ),
   );
-  t.match(message, 'config/test.yaml:8:5 skus.research.creditz: expected one of the keys label, amount, currency, credits, allowBelowMinimum, found the unknown key "creditz" (did you mean "credits"?)');
+  t.match(message, 'config/test.yaml:8:5 skus.research.creditz: expected one of the keys label, amount, currency, credits, allowBelowMinimum, x402Price, found the unknown key "creditz" (did you mean "credits"?)');
   t.match(message, 'config/test.yaml:4:3 skus.research.credits: expected a positive integer, found nothing (no "credits" key)');
 });
 
@@ -292,6 +292,7 @@ t.test('defaults are applied and publicUrl/audience are derived', async (t) => {
     moove: { apiKey: '', baseUrl: 'https://api.moove.xyz', webhookSecret: '' },
     settlement: { tolerance: 0.005, minimumFraction: 0.1 },
     reconcile: { interval: 60_000 },
+    x402: { facilitatorUrl: '', network: 'eip155:8453', asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913', assetDecimals: 6, currency: 'USDC', payTo: '', maxTimeoutSeconds: 120 },
   });
   t.same(config.handles, { argumentName: 'tollboothToken', ttl: 30 * 86_400_000, hashSecret: '' });
   t.same(config.limits, { perHandle: { ratePerSecond: 2, burst: 10 }, challengesPerClient: { ratePerSecond: 0.2, burst: 5 } });

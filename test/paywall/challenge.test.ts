@@ -97,3 +97,14 @@ t.test('payments_unavailable says no credit was spent; without retryAfter the me
 t.test('deadline_exceeded says the credit was refunded', async (t) => {
   t.match((refusalResult('deadline_exceeded', legacySchema).content as { text: string }[])[0]!.text, /credit was refunded/);
 });
+
+t.test('x402 refusals (§6.4, §19): one plain sentence each, details beside the reason', async (t) => {
+  const shape = { era: 'legacy' as const, structuredContentAllowed: true };
+  const invalid = refusalResult('payment_invalid', shape, { details: { invalidReason: 'invalid_exact_evm_signature' } });
+  t.same((invalid._meta as Record<string, unknown>)[REFUSAL_META_KEY], { reason: 'payment_invalid', invalidReason: 'invalid_exact_evm_signature' });
+  t.same(invalid.structuredContent, { reason: 'payment_invalid', invalidReason: 'invalid_exact_evm_signature' });
+  t.match((invalid.content as { text: string }[])[0]?.text, /^The x402 payment was not accepted, so the tool did not run and nothing was charged\./);
+  const failed = refusalResult('payment_failed', shape);
+  t.match((failed.content as { text: string }[])[0]?.text, /could not be settled, so the result is withheld/);
+  t.same(refusalResult('payment_failed', shape, { details: { reason: 'spoofed' } })._meta, { [REFUSAL_META_KEY]: { reason: 'payment_failed' } }, 'details never replace the reason');
+});

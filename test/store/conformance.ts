@@ -12,6 +12,7 @@ import {
   type ChargeRecord,
   type OpenChargeRequest,
   type PricedRequestRecord,
+  type PaymentNonceClaim,
   type SpendDecision,
   type SpendRequest,
   type Store,
@@ -139,6 +140,28 @@ export async function concurrentReserveOutcome(store: Store, clock: ManualClock,
   const reserved = count('reserved');
   const insufficient = count('insufficient');
   return { reserved, insufficient, other: calls - reserved - insufficient, finalBalance: await fixture.balance(handleHash) };
+}
+
+/** A fresh claim of a random EIP-3009 nonce (lower-case hex), valid for ten minutes on `clock`. */
+export function nonceClaim(clock: ManualClock, overrides: Partial<PaymentNonceClaim> = {}): PaymentNonceClaim {
+  return {
+    network: 'eip155:84532',
+    asset: '0x036cbd53842c5426634e7929541ec2318f3dcf7e',
+    payer: `0x${randomBytes(20).toString('hex')}`,
+    nonce: `0x${randomBytes(32).toString('hex')}`,
+    expiresAt: clock.now() + 10 * 60_000,
+    claimedAt: clock.now(),
+    sku: SKU,
+    tool: 'fetch_readable',
+    amount: '20000',
+    ...overrides,
+  };
+}
+
+/** `calls` concurrent claims of one nonce spread over `stores` (one Redis behind several instances, or one store): how many won. */
+export async function concurrentNonceClaims(stores: Store[], claim: PaymentNonceClaim, calls = 200): Promise<number> {
+  const results = await Promise.all(Array.from({ length: calls }, (_, i) => (stores[i % stores.length] as Store).claimPaymentNonce({ ...claim })));
+  return results.filter(Boolean).length;
 }
 
 export function storeConformance(t: Test, name: string, makeStore: MakeStore, options: ConformanceOptions = {}): void {
@@ -877,4 +900,54 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
   });
 
   // ── end of the priced-request registry ─────────────────────────────────────────────────────────
+
+  // ── x402 authorization claims (SPEC §19) ───────────────────────────────────────────────────────
+
+  behaviour('a payment nonce is claimed once, and the record says what claimed it', async (f, t) => {
+    const claim = nonceClaim(f.clock);
+    t.equal(await f.store.claimPaymentNonce(claim), true);
+    t.equal(await f.store.claimPaymentNonce({ ...claim, sku: 'other', claimedAt: claim.claimedAt + 1 }), false, 'a second claim loses');
+    t.match(await f.store.getPaymentNonce(claim), { ...claim, state: 'claimed', transaction: null, finishedAt: null, sku: SKU });
+    f.clock.advance(9 * 60_000);
+    t.equal(await f.store.claimPaymentNonce(claim), false, 'still claimed before expiresAt');
+  });
+
+  behaviour('letter case never makes a second key for one authorization', async (f, t) => {
+    const claim = nonceClaim(f.clock);
+    t.equal(await f.store.claimPaymentNonce(claim), true);
+    const shouted = { ...claim, payer: claim.payer.toUpperCase().replace('0X', '0x'), asset: claim.asset.toUpperCase().replace('0X', '0x'), nonce: claim.nonce.toUpperCase().replace('0X', '0x') };
+    t.equal(await f.store.claimPaymentNonce(shouted), false);
+    t.match(await f.store.getPaymentNonce(shouted), { payer: claim.payer, nonce: claim.nonce });
+  });
+
+  behaviour('claims of another nonce, payer, asset or network are independent', async (f, t) => {
+    const claim = nonceClaim(f.clock);
+    t.equal(await f.store.claimPaymentNonce(claim), true);
+    const others = [
+      { ...claim, nonce: nonceClaim(f.clock).nonce },
+      { ...claim, payer: nonceClaim(f.clock).payer },
+      { ...claim, asset: '0x833589fcd6edb6e08f4c7c32d4f71b54bda02913' },
+      { ...claim, network: 'eip155:8453' },
+    ];
+    t.same(await Promise.all(others.map((other) => f.store.claimPaymentNonce(other))), [true, true, true, true]);
+  });
+
+  behaviour('finishPaymentNonce records the outcome once; an unknown claim is false', async (f, t) => {
+    const claim = nonceClaim(f.clock);
+    t.equal(await f.store.finishPaymentNonce(claim, { state: 'settled', transaction: '0xabc', at: f.clock.now() }), false, 'nothing to finish yet');
+    await f.store.claimPaymentNonce(claim);
+    const at = f.clock.now() + 1_500;
+    t.equal(await f.store.finishPaymentNonce(claim, { state: 'settled', transaction: `0x${'ab'.repeat(32)}`, at }), true);
+    t.equal(await f.store.finishPaymentNonce(claim, { state: 'settle_failed', transaction: null, at }), false, 'a finished claim stays as it ended');
+    t.match(await f.store.getPaymentNonce(claim), { state: 'settled', transaction: `0x${'ab'.repeat(32)}`, finishedAt: at });
+    t.equal(await f.store.claimPaymentNonce(claim), false, 'a finished claim still refuses the nonce');
+    const unsettled = nonceClaim(f.clock);
+    await f.store.claimPaymentNonce(unsettled);
+    t.equal(await f.store.finishPaymentNonce(unsettled, { state: 'not_settled', transaction: null, at }), true);
+    t.match(await f.store.getPaymentNonce(unsettled), { state: 'not_settled', transaction: null });
+  });
+
+  behaviour('200 concurrent claims of one nonce: exactly one wins', async (f, t) => {
+    t.equal(await concurrentNonceClaims([f.store], nonceClaim(f.clock)), 1);
+  });
 }

@@ -6,6 +6,7 @@ import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, SET_INDEX_ADD, TAKE_CHALLENGE_T
 import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
 import { PRELUDE } from './prelude.js';
 import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
+import { FINISH_PAYMENT_NONCE } from './x402.js';
 
 const BODIES = {
   tbCreateHandle: CREATE_HANDLE,
@@ -28,6 +29,7 @@ const BODIES = {
   // priced-request registry (SPEC §6.5)
   tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
   tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
+  tbFinishPaymentNonce: FINISH_PAYMENT_NONCE,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;
