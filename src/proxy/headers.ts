@@ -66,6 +66,7 @@ export function isJson(contentType: string | string[] | undefined): boolean {
 /** True for exactly `application/json` (any parameters): the type reply-from serialises a parsed body for. */
 export function isPlainJson(contentType: string | undefined): boolean {
   if (typeof contentType !== 'string') return false;
+  if (contentType === 'application/json') return true;
   const end = contentType.indexOf(';');
   return (end === -1 ? contentType : contentType.slice(0, end)).trim().toLowerCase() === 'application/json';
 }

@@ -109,7 +109,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       const call = new McpCall(deps.now());
       request.mcpCall = call;
       (reply.raw as ServerResponse & { [kCall]: McpCall })[kCall] = call;
-      reply.raw.once('close', onResponseClosed);
+      reply.raw.on('close', onResponseClosed); // 'close' fires once; `on` spares the once-wrapper
       const refused = guard(request.headers);
       if (refused) return void sendError(reply, refused, null);
       done();
