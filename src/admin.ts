@@ -4,7 +4,7 @@
 // hash in full, a checkout URL or a provider link id.
 import { GatewayError } from './errors.js';
 import type { GatewayConfig } from './config/schema.js';
-import { fingerprint } from './observability/fingerprint.js';
+import { fingerprint, redactHandles } from './observability/fingerprint.js';
 import type { Logger } from './observability/logger.js';
 import { hashHandle, isWellFormedHandle } from './paywall/handles.js';
 import type { ChargeRecord, ChargeStatus, HandleState, Store } from './store/store.js';
@@ -59,7 +59,8 @@ export async function grantCredits(
     throw new GatewayError('TB_ERR_INVALID_PARAMS', `${handles.length} live handles share the fingerprint ${JSON.stringify(reference)}: pass the full handle instead`);
   }
   const balance = await context.store.grantCredits(handle.handleHash, sku, credits);
-  context.logger.info({ evt: 'admin_grant', fingerprint: handle.fingerprint, sku, credits, reason, balance }, 'credits granted by an operator');
+  // The reason is free text: a handle pasted into it is logged as its fingerprint (SPEC §10).
+  context.logger.info({ evt: 'admin_grant', fingerprint: handle.fingerprint, sku, credits, reason: redactHandles(reason), balance }, 'credits granted by an operator');
   context.out(`granted ${credits} ${sku} credits to ${handle.fingerprint}; balance now ${balance}`);
   return balance;
 }

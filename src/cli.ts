@@ -7,8 +7,9 @@ import pino from 'pino';
 import { stringify } from 'yaml';
 import { grantCredits, listCharges, showHandle, type AdminContext } from './admin.js';
 import { loadConfig } from './config/load.js';
-import { maskSecrets } from './config/mask.js';
+import { printableConfig } from './config/mask.js';
 import { isGatewayError } from './errors.js';
+import { redactHandles } from './observability/fingerprint.js';
 import { createLogger } from './observability/logger.js';
 import { createStore } from './store/create.js';
 
@@ -55,7 +56,7 @@ const VERBS: Record<string, Verb> = {
     run: async (configPath) => {
       const config = loadConfig(configPath);
       process.stdout.write(`# ${configPath} is valid. Effective config: defaults applied, durations in ms, sizes in bytes, secrets masked.\n`);
-      process.stdout.write(stringify(maskSecrets(config)));
+      process.stdout.write(stringify(printableConfig(config)));
       return 0;
     },
   },
@@ -115,18 +116,20 @@ function findVerb(argv: string[]): { verb: Verb; rest: string[] } {
 }
 
 function report(error: unknown): number {
+  // SPEC §20: a message may quote an argument; a handle typed there is shown as its fingerprint.
+  const write = (text: string): void => void process.stderr.write(redactHandles(text));
   // parseArgs throws TypeErrors with ERR_PARSE_ARGS_* codes for unknown or malformed flags.
   const parseArgsError = typeof (error as NodeJS.ErrnoException).code === 'string' && (error as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS');
   if (error instanceof UsageError || parseArgsError) {
-    process.stderr.write(`tollbooth: ${(error as Error).message}\n\n${USAGE}`);
+    write(`tollbooth: ${(error as Error).message}\n\n${USAGE}`);
     return 2;
   }
   if (isGatewayError(error)) {
     const heading = error.code === 'TB_ERR_CONFIG_INVALID' ? 'invalid configuration:\n' : '';
-    process.stderr.write(`tollbooth: ${heading}${error.message}\n`);
+    write(`tollbooth: ${heading}${error.message}\n`);
     return error.code === 'TB_ERR_INVALID_PARAMS' ? 2 : 1;
   }
-  process.stderr.write(`tollbooth: ${(error as Error)?.stack ?? String(error)}\n`);
+  write(`tollbooth: ${(error as Error)?.stack ?? String(error)}\n`);
   return 1;
 }
 

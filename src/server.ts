@@ -122,7 +122,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     openStreams,
   });
   registerOpsRoutes(app, { store: deps.store, upstream: deps.upstream, metrics: deps.metrics, metricsConfig: config.metrics });
-  if (deps.provider.name === 'dev') registerDevCheckout(app, { store: deps.store, now, onPaid: (linkId) => settler.observeByRef(linkId) });
+  if (deps.provider.name === 'dev') registerDevCheckout(app, { store: deps.store, publicUrl: config.server.publicUrl, now, onPaid: (linkId) => settler.observeByRef(linkId) });
   deps.registerProviderRoutes?.(app, settler);
 
   return {
@@ -153,18 +153,7 @@ function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
   });
 }
 
-/** A request may name several tools (a batch): every tool's scopes are needed. */
+/** One call for the whole request, batch or not: the resource server needs every tool's scopes at once (auth/scopes.ts). */
 function adaptAuthenticator(server: ResourceServer): Authenticator {
-  return {
-    async authenticate(authorization, needs) {
-      const tools: (string | undefined)[] = needs.tools.length > 0 ? needs.tools : [undefined];
-      let principal = '';
-      for (const tool of tools) {
-        const outcome = await server.authenticate(authorization, tool === undefined ? {} : { tool });
-        if (!outcome.ok) return outcome;
-        principal = outcome.principal;
-      }
-      return { ok: true, principal };
-    },
-  };
+  return { authenticate: (authorization, needs) => server.authenticate(authorization, needs) };
 }

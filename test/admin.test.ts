@@ -100,6 +100,15 @@ t.test('credits grant adds credits, prints the new balance and logs one admin_gr
   t.notMatch(JSON.stringify(h.logs), h.handleHash);
 });
 
+t.test('a handle pasted into --reason reaches the audit log as its fingerprint (SPEC §10, §20)', async (t) => {
+  const h = await harness();
+  const other = mintHandle();
+  await grantCredits(h.context, h.handle, { sku: 'research', credits: '1', reason: `moved from ${other} and ${h.handle}` });
+  t.match(h.logs[0], { evt: 'admin_grant', reason: `moved from ${fingerprint(other)} and ${fingerprint(h.handle)}` });
+  t.notMatch(JSON.stringify(h.logs), other);
+  t.notMatch(JSON.stringify(h.logs), h.handle);
+});
+
 t.test('credits grant accepts the fingerprint when it names exactly one live handle', async (t) => {
   const h = await harness();
   t.equal(await grantCredits(h.context, fingerprint(h.handle), { sku: 'bulk', credits: '3', reason: 'goodwill' }), 3);

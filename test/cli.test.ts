@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { parseConfigText } from '../src/config/load.js';
 import { mintHandle } from '../src/paywall/handles.js';
+import { fingerprint } from '../src/observability/fingerprint.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'tollbooth-cli-'));
@@ -56,6 +57,43 @@ const missingFile = join(dir, 'nope.yaml');
 const invalidFile = configFile('invalid.yaml', INVALID);
 const envFile = configFile('from-env.yaml', 'upstream: { url: "http://127.0.0.1:3001/mcp" }\nserver: { port: 9191 }\n');
 const unknownHandle = mintHandle();
+// SPEC §10: connection-string secrets in Sentinel and Cluster URLs (nothing listens on port 1).
+const SENTINEL_SECRET = 'sentinel-secret-Jw3p';
+const MASTER_SECRET = 'master-secret-Ud6c';
+const SEED_SECRET = 'seed-secret-Fa9n';
+const URL_SECRETS = new RegExp(`${SENTINEL_SECRET}|${MASTER_SECRET}|${SEED_SECRET}`);
+const sentinelFile = configFile(
+  'sentinel.yaml',
+  `upstream: { url: "http://127.0.0.1:3001/mcp" }\nstore: { type: redis, redis: { url: "redis://127.0.0.1:1,127.0.0.1:2/0?sentinelMasterName=mymaster&sentinelPassword=${SENTINEL_SECRET}" } }\n`,
+);
+const sentinelAuthFile = configFile(
+  'sentinel-auth.yaml',
+  `upstream: { url: "http://127.0.0.1:3001/mcp" }\nstore: { type: redis, redis: { url: "redis://:${MASTER_SECRET}@127.0.0.1:1/0?sentinelMasterName=mymaster&sentinelPassword=${SENTINEL_SECRET}" } }\n`,
+);
+const clusterFile = configFile(
+  'cluster.yaml',
+  `upstream: { url: "http://127.0.0.1:3001/mcp" }\nstore: { type: redis, redis: { cluster: ["redis://:${SEED_SECRET}@127.0.0.1:1", "redis://127.0.0.1:2?password=${SEED_SECRET}"] } }\n`,
+);
+const forgotProviderFile = configFile('forgot-provider.yaml', 'upstream: { url: "http://127.0.0.1:3001/mcp" }\npayments:\n  moove: { apiKey: "${MOOVE_API_KEY}" }\n');
+// SPEC §20: no usage or error message echoes an argument that looks like a handle.
+const H = mintHandle();
+const echoRuns: Record<string, { args: string[]; code: number; echoesFingerprint: boolean }> = {
+  'a handle as the command': { args: [H], code: 2, echoesFingerprint: true },
+  'a handle after a one-word prefix of a verb': { args: ['handle', H], code: 2, echoesFingerprint: true },
+  'handle show with a second handle': { args: ['handle', 'show', H, H, '--config', validFile], code: 2, echoesFingerprint: true },
+  'charges list with a handle argument': { args: ['charges', 'list', H, '--config', validFile], code: 2, echoesFingerprint: true },
+  'check with a handle argument': { args: ['check', H, '--config', validFile], code: 2, echoesFingerprint: true },
+  'start with a handle argument': { args: ['start', H, '--config', validFile], code: 2, echoesFingerprint: true },
+  'credits grant with a handle as --sku': { args: ['credits', 'grant', H, '--sku', H, '--credits', '1', '--reason', 'x', '--config', validFile], code: 2, echoesFingerprint: true },
+  'credits grant with a handle as --credits': { args: ['credits', 'grant', H, '--sku', 'research', '--credits', H, '--reason', 'x', '--config', validFile], code: 2, echoesFingerprint: true },
+  'charges list with a handle as --status': { args: ['charges', 'list', '--status', H, '--config', validFile], code: 2, echoesFingerprint: true },
+  'a handle as an unknown flag': { args: ['handle', 'show', `--${H}`, '--config', validFile], code: 2, echoesFingerprint: true },
+  'a handle as an unknown flag=value': { args: ['handle', 'show', H, `--x=${H}`, '--config', validFile], code: 2, echoesFingerprint: false },
+  'a handle as the config file': { args: ['handle', 'show', H, '--config', H], code: 1, echoesFingerprint: true },
+  'an unknown handle to handle show': { args: ['handle', 'show', H, '--config', validFile], code: 1, echoesFingerprint: true },
+  'a handle with a suffix, taken as a fingerprint': { args: ['handle', 'show', `${H}..abcd`, '--config', validFile], code: 1, echoesFingerprint: false },
+};
+const echoResults = Object.fromEntries(Object.entries(echoRuns).map(([name, { args }]) => [name, tollbooth(args, ENV)]));
 const runs = {
   check: tollbooth(['check', '--config', validFile], ENV),
   checkFromEnv: tollbooth(['check'], { TOLLBOOTH_CONFIG: envFile }),
@@ -66,6 +104,12 @@ const runs = {
   showWithoutArgument: tollbooth(['handle', 'show', '--config', validFile], ENV),
   chargesList: tollbooth(['charges', 'list', '--status', 'pending', '--config', validFile], ENV),
   grantBadCredits: tollbooth(['credits', 'grant', unknownHandle, '--sku', 'research', '--credits', 'ten', '--reason', 'x', '--config', validFile], ENV),
+  checkForgotProvider: tollbooth(['check', '--config', forgotProviderFile], ENV),
+  checkDev: tollbooth(['check', '--config', envFile]),
+  checkSentinel: tollbooth(['check', '--config', sentinelFile]),
+  checkCluster: tollbooth(['check', '--config', clusterFile]),
+  chargesListSentinel: tollbooth(['charges', 'list', '--config', sentinelAuthFile]),
+  chargesListCluster: tollbooth(['charges', 'list', '--config', clusterFile]),
   grantUnknownHandle: tollbooth(['credits', 'grant', unknownHandle, '--sku', 'research', '--credits', '10', '--reason', 'x', '--config', validFile], ENV),
 };
 
@@ -135,4 +179,56 @@ t.test('credits grant with a bad credit count is a usage error, an unknown handl
   t.equal(unknown.code, 1);
   t.match(unknown.stderr, 'no live handle tb_s_');
   t.notMatch(unknown.stderr, unknownHandle);
+});
+
+t.test('check masks the secrets of a Sentinel URL (sentinelPassword in the query) and of Cluster seed URLs', async (t) => {
+  const sentinel = await runs.checkSentinel;
+  t.equal(sentinel.code, 0, sentinel.stderr);
+  t.match(sentinel.stdout, 'url: redis://127.0.0.1:1,127.0.0.1:2/0?sentinelMasterName=mymaster&sentinelPassword=***');
+  t.notMatch(sentinel.stdout, URL_SECRETS);
+  const cluster = await runs.checkCluster;
+  t.equal(cluster.code, 0, cluster.stderr);
+  t.match(cluster.stdout, 'redis://:***@127.0.0.1:1');
+  t.match(cluster.stdout, 'redis://127.0.0.1:2?password=***');
+  t.notMatch(cluster.stdout, URL_SECRETS);
+});
+
+t.test('an admin verb against a store that cannot connect: exit 1, and neither the error nor the log lines carry a URL secret', async (t) => {
+  for (const run of [await runs.chargesListSentinel, await runs.chargesListCluster]) {
+    t.equal(run.code, 1, run.stderr);
+    t.match(run.stderr, /tollbooth: cannot use the Redis store at .*\*\*\*/);
+    t.notMatch(run.stderr + run.stdout, URL_SECRETS);
+  }
+});
+
+t.test('check of a filled-in moove block without provider moove: exit 1, the message names payments.provider (SPEC §20)', async (t) => {
+  const run = await runs.checkForgotProvider;
+  t.equal(run.code, 1);
+  t.match(run.stderr, `${forgotProviderFile}:2:1 payments.provider: expected moove, because payments.moove sets apiKey`);
+  t.notMatch(run.stderr, /sk_live_key_value/, 'the key itself is not echoed');
+  t.equal(run.stdout, '');
+});
+
+t.test('the config check prints for a dev provider is itself a valid config (no moove block to trip over)', async (t) => {
+  const run = await runs.checkDev;
+  t.equal(run.code, 0, run.stderr);
+  t.notMatch(run.stdout, /moove:/);
+  t.equal(parseConfigText(run.stdout, 'printed.yaml', {}).payments.provider, 'dev');
+});
+
+t.test('no usage or error message of any verb echoes a handle argument; the fingerprint stands in (SPEC §20)', async (t) => {
+  const middle = H.slice(9, -4); // what a fingerprint never shows
+  for (const [name, { code, echoesFingerprint }] of Object.entries(echoRuns)) {
+    const run = await echoResults[name]!;
+    const output = run.stdout + run.stderr;
+    t.equal(run.code, code, `${name}: exit ${code}`);
+    t.notOk(output.includes(H) || output.includes(middle), `${name}: the handle is not echoed`);
+    if (echoesFingerprint) t.ok(output.includes(fingerprint(H)), `${name}: the fingerprint is shown instead`);
+  }
+});
+
+t.test('a fingerprint argument is echoed as it is (it is what operators copy from the logs)', async (t) => {
+  const run = await tollbooth(['handle', 'show', 'tb_s_KLeV..EPcw', '--config', validFile], ENV);
+  t.equal(run.code, 1);
+  t.match(run.stderr, 'no live handle tb_s_KLeV..EPcw');
 });

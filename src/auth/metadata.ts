@@ -1,6 +1,7 @@
 // OAuth 2.0 Protected Resource Metadata (RFC 9728) for the MCP endpoint (SPEC §4, §9). Clients that
 // get a 401 follow `resource_metadata` to this document to learn which authorization server to ask
 // and which scopes exist. Pure functions of the config: the gateway computes them once at start.
+// Also the one writer of `WWW-Authenticate: Bearer …` challenges (`bearerChallenge`).
 import type { GatewayConfig } from '../config/schema.js';
 
 type AuthConfig = GatewayConfig['auth'];
@@ -52,4 +53,19 @@ export function prmPaths(publicUrl: string): string[] {
 export function prmUrl(publicUrl: string): string {
   const url = new URL(publicUrl);
   return url.origin + PRM_WELL_KNOWN + pathOf(publicUrl) + url.search;
+}
+
+/**
+ * `Bearer name="value", …` (RFC 6750 §3), each value a quoted-string (RFC 9110 §5.6.4): `"` and `\`
+ * are escaped, and any character a header value cannot carry (CR, LF, other controls, non-ASCII) is
+ * dropped. So whatever a value holds, it stays one parameter and the header stays one valid line.
+ * Config validation already limits scopes to RFC 6749 scope-tokens (SPEC §20); this is the second line.
+ */
+export function bearerChallenge(params: Record<string, string>): string {
+  const parts = Object.entries(params).map(([name, value]) => `${name}="${quotedStringContent(value)}"`);
+  return `Bearer ${parts.join(', ')}`;
+}
+
+function quotedStringContent(value: string): string {
+  return value.replace(/[^\t\x20-\x7E]/g, '').replace(/["\\]/g, (c) => `\\${c}`);
 }

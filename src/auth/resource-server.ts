@@ -14,7 +14,8 @@ import { createHash } from 'node:crypto';
 import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
 import type { GatewayConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
-import { prmUrl } from './metadata.js';
+import { bearerChallenge, prmUrl } from './metadata.js';
+import { scopeRequirements } from './scopes.js';
 
 export type AuthFailureReason =
   | 'missing_token'
@@ -39,8 +40,11 @@ export interface ResourceServerStats {
 }
 
 export interface ResourceServer {
-  /** @param needs.tool the tool name of a `tools/call` (adds `toolScopes[tool]` to the scopes needed) */
-  authenticate(authorizationHeader: string | undefined, needs: { tool?: string }): Promise<AuthOutcome>;
+  /**
+   * @param needs.tools the tool names of every `tools/call` in the request (a batch may hold several):
+   *   each adds its `toolScopes` to the scopes needed, and a 403 names the whole set.
+   */
+  authenticate(authorizationHeader: string | undefined, needs: { tools?: readonly string[] }): Promise<AuthOutcome>;
   stats(): ResourceServerStats;
   close(): void;
 }
@@ -111,16 +115,11 @@ export function createResourceServer(auth: GatewayConfig['auth'], deps: Resource
     requiredClaims: ['exp'], // an access token without expiry would be valid forever
   };
 
-  // Scopes each request needs, derived once: requiredScopes, plus toolScopes[tool] for tools/call.
-  const baseNeeds = [...new Set(auth.requiredScopes)];
-  const toolNeeds = new Map<string, string[]>();
-  for (const [tool, scopes] of Object.entries(auth.toolScopes)) toolNeeds.set(tool, [...new Set([...baseNeeds, ...scopes])]);
+  const requirements = scopeRequirements(auth);
 
-  const challenge401 = `Bearer resource_metadata="${resourceMetadata}"`;
-  const invalid401 = (description: string) =>
-    `Bearer error="invalid_token", error_description="${description}", resource_metadata="${resourceMetadata}"`;
-  const insufficient403 = (needed: string[]) =>
-    `Bearer error="insufficient_scope", scope="${needed.join(' ')}", resource_metadata="${resourceMetadata}"`;
+  const challenge401 = bearerChallenge({ resource_metadata: resourceMetadata });
+  const invalid401 = (description: string) => bearerChallenge({ error: 'invalid_token', error_description: description, resource_metadata: resourceMetadata });
+  const insufficient403 = (needed: string[]) => bearerChallenge({ error: 'insufficient_scope', scope: needed.join(' '), resource_metadata: resourceMetadata });
 
   // Insertion order of a Map is its recency order: a hit re-inserts, eviction drops the first key.
   const cache = new Map<string, Verified>();
@@ -205,7 +204,7 @@ export function createResourceServer(auth: GatewayConfig['auth'], deps: Resource
       if (!result.ok) {
         return refuse(result.reason, 401, invalid401(result.description), `${result.description}; obtain a new access token for this resource.`);
       }
-      const needed = (needs.tool !== undefined ? toolNeeds.get(needs.tool) : undefined) ?? baseNeeds;
+      const needed = requirements.needed(needs.tools ?? []);
       const missing = needed.filter((scope) => !result.scopes.has(scope));
       if (missing.length > 0) {
         return refuse('insufficient_scope', 403, insufficient403(needed),
@@ -250,10 +249,16 @@ function refusalReason(err: unknown): Refused['reason'] {
   return 'invalid_token';
 }
 
+/**
+ * SPEC §20: `sub:<sub>` when the token has a subject, else `client:<client_id>` (a client-credentials
+ * token). The prefixes keep the two namespaces apart: a client whose id equals a user's subject is
+ * another principal, with its own handles and its own challenge bucket. A `sub` that is present but
+ * not a non-empty string is a malformed token (refused), never a reason to fall back to the client id.
+ */
 function principalOf(payload: JWTPayload): string | undefined {
-  if (typeof payload.sub === 'string' && payload.sub !== '') return payload.sub;
+  if (payload.sub !== undefined) return typeof payload.sub === 'string' && payload.sub !== '' ? `sub:${payload.sub}` : undefined;
   const clientId = payload.client_id;
-  if (typeof clientId === 'string' && clientId !== '') return clientId;
+  if (typeof clientId === 'string' && clientId !== '') return `client:${clientId}`;
   return undefined;
 }
 

@@ -14,28 +14,86 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   for (const name of Object.keys(copy.upstream.headers)) {
     copy.upstream.headers[name] = maskValue(copy.upstream.headers[name] ?? '');
   }
-  copy.payments.x402.facilitatorUrl = maskUrlPassword(copy.payments.x402.facilitatorUrl);
+  copy.payments.x402.facilitatorUrl = maskUrlSecrets(copy.payments.x402.facilitatorUrl);
   const { redis } = copy.store;
   if (redis) {
-    if (redis.url !== undefined) redis.url = maskUrlPassword(redis.url);
-    if (redis.cluster) redis.cluster = redis.cluster.map(maskUrlPassword);
+    if (redis.url !== undefined) redis.url = maskUrlSecrets(redis.url);
+    if (redis.cluster) redis.cluster = redis.cluster.map(maskUrlSecrets);
   }
+  if (copy.upstream.url !== undefined) copy.upstream.url = maskUrlSecrets(copy.upstream.url);
+  moove.baseUrl = maskUrlSecrets(moove.baseUrl);
+  copy.auth.jwksUrl = maskUrlSecrets(copy.auth.jwksUrl);
   return copy;
+}
+
+/**
+ * The effective config as `tollbooth check` prints it: secrets masked, and no moove block unless the
+ * provider is moove. Printed back, a dev config's defaulted moove.baseUrl would be a filled-in block,
+ * which is an error (SPEC §20); without it the printed config parses again.
+ */
+export function printableConfig(config: GatewayConfig): unknown {
+  const masked = maskSecrets(config);
+  if (masked.payments.provider === 'moove') return masked;
+  const { moove: _unused, ...payments } = masked.payments;
+  return { ...masked, payments };
 }
 
 function maskValue(value: string): string {
   return value === '' ? '' : MASK;
 }
 
-/** `redis://user:secret@host:6379/0` → `redis://user:***@host:6379/0`; a URL without a password is unchanged. */
-export function maskUrlPassword(url: string): string {
-  let parsed: URL;
+// Query parameter names that carry a credential: password, sentinelPassword, token, access_token,
+// secret, key, api_key, apikey, auth, credential(s), pwd, pass, sig, signature.
+const SECRET_PARAMETER = /pass|pwd|secret|token|key|auth|credential|sig/i;
+
+/**
+ * A URL as it may be printed, logged or put in an error (SPEC §10): the userinfo password and the
+ * value of every query parameter that carries a secret become "***"; everything else is kept so an
+ * operator can still tell which server is meant. Works on the text, not through `new URL`, because
+ * a Sentinel URL (`redis://:pw@s1:26379,s2:26379/0?sentinelMasterName=m&sentinelPassword=pw`) is
+ * not a WHATWG URL. Text without a scheme that holds an `@` is masked whole.
+ */
+export function maskUrlSecrets(url: string): string {
+  const schemeEnd = url.indexOf('://');
+  if (schemeEnd === -1) return url.includes('@') ? MASK : url;
+  const authorityStart = schemeEnd + 3;
+  const hashAt = url.indexOf('#', authorityStart);
+  const beforeHash = hashAt === -1 ? url : url.slice(0, hashAt);
+  const fragment = hashAt === -1 ? '' : url.slice(hashAt);
+  const queryAt = beforeHash.indexOf('?', authorityStart);
+  const beforeQuery = queryAt === -1 ? beforeHash : beforeHash.slice(0, queryAt);
+  const query = queryAt === -1 ? null : beforeHash.slice(queryAt + 1);
+  const pathAt = beforeQuery.indexOf('/', authorityStart);
+  const authority = pathAt === -1 ? beforeQuery.slice(authorityStart) : beforeQuery.slice(authorityStart, pathAt);
+  const path = pathAt === -1 ? '' : beforeQuery.slice(pathAt);
+  return `${url.slice(0, authorityStart)}${maskUserinfo(authority)}${path}${query === null ? '' : `?${maskQuery(query)}`}${fragment}`;
+}
+
+/** `user:pw@host` → `user:***@host`. The last `@` ends the userinfo (a password may hold an `@`). */
+function maskUserinfo(authority: string): string {
+  const at = authority.lastIndexOf('@');
+  if (at === -1) return authority;
+  const userinfo = authority.slice(0, at);
+  const colon = userinfo.indexOf(':');
+  if (colon === -1 || colon === userinfo.length - 1) return authority; // a user name alone is no secret
+  return `${userinfo.slice(0, colon)}:${MASK}${authority.slice(at)}`;
+}
+
+function maskQuery(query: string): string {
+  return query
+    .split('&')
+    .map((pair) => {
+      const equals = pair.indexOf('=');
+      if (equals === -1 || equals === pair.length - 1) return pair;
+      return SECRET_PARAMETER.test(decodeName(pair.slice(0, equals))) ? `${pair.slice(0, equals)}=${MASK}` : pair;
+    })
+    .join('&');
+}
+
+function decodeName(name: string): string {
   try {
-    parsed = new URL(url);
+    return decodeURIComponent(name.replace(/\+/g, ' '));
   } catch {
-    return url.includes('@') ? MASK : url; // unparseable but may hold credentials: show nothing of it
+    return name;
   }
-  if (parsed.password === '') return url;
-  parsed.password = MASK;
-  return parsed.href;
 }

@@ -5,6 +5,7 @@
 // "<file>:<line>:<col> <path>: expected <message>, found <what the YAML holds>". A refinement that
 // cannot be judged from the one node at its path passes `params.found` to say what was found.
 import { z } from 'zod';
+import { SCOPE_TOKEN } from '../auth/scopes.js';
 import { compareDecimal, isDecimalString } from '../payments/decimal.js';
 import { knownAsset } from '../payments/x402/assets.js';
 
@@ -46,6 +47,9 @@ const optionalHttpUrl = z.union([httpUrl, z.literal('')], 'an absolute http(s) U
 const fraction = z.number('a fraction in [0, 1)').min(0, 'a fraction in [0, 1)').lt(1, 'a fraction in [0, 1)');
 const positiveInt = z.int('a positive integer').positive('a positive integer');
 const redisUrl = z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL');
+const SCOPE_EXPECTED = 'an RFC 6749 scope-token (printable ASCII without spaces, " or \\)';
+/** Scope strings end up inside a quoted WWW-Authenticate parameter: only RFC 6749 scope-tokens (SPEC §20). */
+const scopeList = z.array(z.string(SCOPE_EXPECTED).regex(SCOPE_TOKEN, SCOPE_EXPECTED));
 
 const serverSchema = z.strictObject({
   host: z.string().default('127.0.0.1'),
@@ -151,17 +155,22 @@ function checkX402Currencies(config: { payments: { x402: { facilitatorUrl: strin
   }
 }
 
+const MOOVE_BASE_URL = 'https://api.moove.xyz';
+
 const paymentsSchema = z
   .strictObject({
     provider: z.enum(['dev', 'moove']).default('dev'),
     chargeTtl: duration.refine((ms) => ms >= 15 * 60_000, 'a duration of at least 15m').default(60 * 60_000),
+    // No defaults inside: whether the operator wrote a value decides the provider check below; the
+    // transform at the end fills the defaults in.
     moove: z
       .strictObject({
-        apiKey: z.string().default(''),
-        baseUrl: httpUrl.default('https://api.moove.xyz'),
-        webhookSecret: z.string().default(''),
+        apiKey: z.string().optional().meta({ default: '' }),
+        baseUrl: httpUrl.optional().meta({ default: MOOVE_BASE_URL }),
+        webhookSecret: z.string().optional().meta({ default: '' }),
       })
-      .prefault({}),
+      .optional()
+      .meta({ default: {} }),
     settlement: z
       .strictObject({ tolerance: fraction.default(0.005), minimumFraction: fraction.default(0.1) })
       .refine((s) => s.minimumFraction <= 1 - s.tolerance, { message: 'a minimumFraction ≤ 1 − tolerance', path: ['minimumFraction'] })
@@ -170,10 +179,24 @@ const paymentsSchema = z
     x402: x402Schema.prefault({}),
   })
   .superRefine((value, ctx) => {
-    if (value.provider === 'moove' && value.moove.apiKey === '') {
-      ctx.addIssue({ code: 'custom', path: ['moove', 'apiKey'], message: 'a non-empty apiKey because payments.provider is moove (set MOOVE_API_KEY)', input: '' });
+    if (value.provider === 'moove' && !value.moove?.apiKey) {
+      ctx.addIssue({ code: 'custom', path: ['moove', 'apiKey'], message: 'a non-empty apiKey because payments.provider is moove (set MOOVE_API_KEY)', input: value.moove?.apiKey ?? '' });
     }
-  });
+    // SPEC §20: an operator who fills in Moove but forgets the provider must not get a free dev checkout.
+    const filledIn = Object.entries(value.moove ?? {}).filter(([, setting]) => setting !== undefined && setting !== '').map(([key]) => key);
+    if (value.provider !== 'moove' && filledIn.length > 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['provider'],
+        message: `moove, because payments.moove sets ${filledIn.join(', ')} (without provider: moove the gateway would run on the free dev checkout and nobody would pay; remove the payments.moove block to use dev)`,
+        input: value.provider,
+      });
+    }
+  })
+  .transform(({ moove, ...payments }) => ({
+    ...payments,
+    moove: { apiKey: moove?.apiKey ?? '', baseUrl: moove?.baseUrl ?? MOOVE_BASE_URL, webhookSecret: moove?.webhookSecret ?? '' },
+  }));
 
 const skuSchema = z
   .strictObject({
@@ -206,8 +229,8 @@ const authSchema = z
     audience: z.string().nullable().default(null),
     algorithms: z.array(z.enum(['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'])).min(1).default(['RS256', 'ES256', 'EdDSA']),
     authorizationServers: z.array(z.string()).default([]),
-    requiredScopes: z.array(z.string()).default([]),
-    toolScopes: z.record(z.string(), z.array(z.string())).default({}),
+    requiredScopes: scopeList.default([]),
+    toolScopes: z.record(z.string(), scopeList).default({}),
   })
   .superRefine((value, ctx) => {
     if (value.mode !== 'oauth') return;

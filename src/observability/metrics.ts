@@ -19,6 +19,17 @@ const KNOWN_METHODS = new Set([
 ]);
 export const methodLabel = (method: string): string => (KNOWN_METHODS.has(method) ? method : 'other');
 
+export type StatusClass = '2xx' | '3xx' | '4xx' | '5xx';
+/**
+ * HTTP status codes as metric labels (SPEC §20): the class, never the raw code, which an upstream
+ * chooses freely. A code that is no final status (1xx, 600+, not an integer) counts as 5xx: from the
+ * client's side the exchange failed.
+ */
+export function statusClass(code: number): StatusClass {
+  if (!Number.isInteger(code) || code < 200 || code > 599) return '5xx';
+  return `${Math.floor(code / 100) as 2 | 3 | 4 | 5}xx`;
+}
+
 export interface Metrics {
   registry: client.Registry;
   mcpRequests: client.Counter<'method' | 'era' | 'status'>;
@@ -54,7 +65,7 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
   const storeUp = new client.Gauge({ name: 'tollbooth_store_up', help: 'Whether the store answered its last ping (1) or not (0).', registers });
   return {
     registry,
-    mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by method, era and HTTP status.', labelNames: ['method', 'era', 'status'], registers }),
+    mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by method, era and HTTP status class (2xx … 5xx).', labelNames: ['method', 'era', 'status'], registers }),
     mcpRequestDuration: new client.Histogram({ name: 'tollbooth_mcp_request_duration_seconds', help: 'Time to answer an MCP request (to response headers for streams).', labelNames: ['method'], buckets: LATENCY_BUCKETS, registers }),
     paidCalls: new client.Counter({ name: 'tollbooth_paid_calls_total', help: 'Calls of priced tools, by outcome.', labelNames: ['tool', 'sku', 'outcome'], registers }),
     credits: new client.Counter({ name: 'tollbooth_credits_total', help: 'Credits granted, spent and refunded.', labelNames: ['sku', 'kind'], registers }),

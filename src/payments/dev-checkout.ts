@@ -1,6 +1,11 @@
 // The dev provider's checkout page and pay action (SPEC §4, §7.3): a small accessible HTML form.
 // Paying here only marks the link completed; credits are granted by the settlement path
 // (the agent's retry, or the reconciler), exactly as with a real provider.
+//
+// SPEC §20: the pay action takes posts from the page itself only — a browser post carrying another
+// Origin (a page elsewhere submitting the form) is refused 403 — and nothing may frame the page
+// (clickjacking the Pay button). A post without Origin is not a browser's (browsers send it on
+// every POST), so it cannot be a cross-site forgery and is accepted, as a scripted test payment.
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
 import { isDecimalString } from './decimal.js';
@@ -9,12 +14,26 @@ import { DEV_CHECKOUT_PREFIX } from './dev.js';
 const escapeHtml = (text: string): string =>
   text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);
 
-export function registerDevCheckout(app: FastifyInstance, deps: { store: Store; now?: () => number; onPaid?: (linkId: string) => Promise<unknown> }): void {
+const NO_FRAMING = { 'content-security-policy': "frame-ancestors 'none'", 'x-frame-options': 'DENY' };
+
+export interface DevCheckoutDeps {
+  store: Store;
+  /** server.publicUrl: its origin is the only Origin the pay action accepts. */
+  publicUrl: string;
+  now?: () => number;
+  onPaid?: (linkId: string) => Promise<unknown>;
+}
+
+export function registerDevCheckout(app: FastifyInstance, deps: DevCheckoutDeps): void {
   const now = deps.now ?? Date.now;
+  const ownOrigin = new URL(deps.publicUrl).origin;
 
   app.get<{ Params: { id: string } }>(`${DEV_CHECKOUT_PREFIX}:id`, async (request, reply) => {
+    reply.headers(NO_FRAMING);
     const link = await deps.store.getDevLink(request.params.id);
-    reply.header('cache-control', 'no-store').header('referrer-policy', 'no-referrer').type('text/html; charset=utf-8');
+    // same-origin, not no-referrer: the link id never leaves in a Referer to another site, and the
+    // form's own post still carries the page's Origin (under no-referrer browsers send "null").
+    reply.header('cache-control', 'no-store').header('referrer-policy', 'same-origin').type('text/html; charset=utf-8');
     if (!link) return reply.code(404).send(page('Checkout not found', '<p>This checkout link does not exist or has expired.</p>'));
     const expired = link.status === 'active' && link.expiresAt <= now();
     const title = `Pay ${link.amount} ${link.currency}`;
@@ -40,6 +59,9 @@ export function registerDevCheckout(app: FastifyInstance, deps: { store: Store; 
   });
 
   app.post<{ Params: { id: string }; Body: unknown }>(`${DEV_CHECKOUT_PREFIX}:id/pay`, async (request, reply) => {
+    reply.headers(NO_FRAMING);
+    const origin = request.headers.origin;
+    if (origin !== undefined && originOf(origin) !== ownOrigin) return reply.code(403).send({ error: 'payments are only accepted from the checkout page itself' });
     const link = await deps.store.getDevLink(request.params.id);
     if (!link) return reply.code(404).send({ error: 'checkout link not found' });
     const received = receivedFrom(request.body) ?? link.amount;
@@ -50,6 +72,16 @@ export function registerDevCheckout(app: FastifyInstance, deps: { store: Store; 
     await deps.onPaid?.(link.id).catch(() => undefined);
     return reply.code(303).header('location', `${DEV_CHECKOUT_PREFIX}${encodeURIComponent(link.id)}`).send();
   });
+}
+
+/** The serialised origin of an Origin header value, or null for "null" and anything unparseable. */
+function originOf(value: string): string | null {
+  try {
+    const { origin } = new URL(value);
+    return origin === 'null' ? null : origin;
+  } catch {
+    return null;
+  }
 }
 
 function receivedFrom(body: unknown): string | undefined {

@@ -4,7 +4,7 @@
 // for every upstream failure. Label children are cached: the free path builds no label objects.
 import type { Counter, Histogram } from 'prom-client';
 import type { Logger } from '../observability/logger.js';
-import { methodLabel, type Metrics } from '../observability/metrics.js';
+import { methodLabel, statusClass, type Metrics } from '../observability/metrics.js';
 import type { McpCall } from './call-state.js';
 import type { UpstreamFailure, UpstreamOutcome } from './upstream-failure.js';
 
@@ -17,7 +17,7 @@ export class ProxyRecorder {
   readonly #metrics: Metrics;
   readonly #logger: Logger;
   readonly #now: () => number;
-  readonly #requests = new Map<string, Map<string, Map<number, CounterChild>>>();
+  readonly #requests = new Map<string, Map<string, Map<string, CounterChild>>>();
   readonly #durations = new Map<string, HistogramChild>();
   readonly #upstream = new Map<string, Map<string, HistogramChild>>();
 
@@ -27,15 +27,16 @@ export class ProxyRecorder {
     this.#now = deps.now;
   }
 
-  /** A response on the MCP endpoint closed; `status` 499 when the client left before it was sent. */
-  request(call: McpCall, status: number): void {
+  /** A response on the MCP endpoint closed; `status` 499 (a 4xx) when the client left before it was sent. Labelled by class (SPEC §20). */
+  request(call: McpCall, code: number): void {
     const method = methodLabel(call.method);
+    const status = statusClass(code);
     let byEra = this.#requests.get(method);
     if (!byEra) this.#requests.set(method, (byEra = new Map()));
     let byStatus = byEra.get(call.era);
     if (!byStatus) byEra.set(call.era, (byStatus = new Map()));
     let counter = byStatus.get(status);
-    if (!counter) byStatus.set(status, (counter = this.#metrics.mcpRequests.labels(method, call.era, String(status))));
+    if (!counter) byStatus.set(status, (counter = this.#metrics.mcpRequests.labels(method, call.era, status)));
     counter.inc();
     let duration = this.#durations.get(method);
     if (!duration) this.#durations.set(method, (duration = this.#metrics.mcpRequestDuration.labels(method)));

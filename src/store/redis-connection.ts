@@ -2,6 +2,7 @@
 // behaviour SPEC §8 asks for — no offline queue, a 500 ms command timeout, reconnect with backoff,
 // never resend a command whose reply was lost — and a clear error when Redis is unusable at start.
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { maskUrlSecrets } from '../config/mask.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
@@ -13,9 +14,9 @@ const COMMAND_TIMEOUT_MS = 500;
 const CONNECT_TIMEOUT_MS = 5_000;
 const ERROR_LOG_INTERVAL_MS = 10_000;
 
-/** Connects and answers a PING, or throws TB_ERR_STORE_UNAVAILABLE naming the target (password masked). */
+/** Connects and answers a PING, or throws TB_ERR_STORE_UNAVAILABLE naming the target (its secrets masked, SPEC §10). */
 export async function openRedisClient(redis: RedisConfig, logger: Logger): Promise<RedisClient> {
-  const target = redis.url !== undefined ? redactUrl(redis.url) : `cluster ${(redis.cluster ?? []).map(redactUrl).join(', ')}`;
+  const target = redis.url !== undefined ? maskUrlSecrets(redis.url) : `cluster ${(redis.cluster ?? []).map(maskUrlSecrets).join(', ')}`;
   const client = redis.url !== undefined ? new Redis(standaloneOptions(redis.url)) : new Cluster(clusterNodes(redis.cluster ?? []), clusterOptions(redis.cluster ?? []));
   watchConnection(client, logger, target);
   // The socket error (ECONNREFUSED, auth, TLS) says more than the "Connection is closed" connect() rejects with.
@@ -138,10 +139,6 @@ function watchConnection(client: RedisClient, logger: Logger, target: string): v
     if (failing) logger.info({ evt: 'store_ready', target }, 'Redis store reachable again');
     failing = false;
   });
-}
-
-function redactUrl(url: string): string {
-  return url.replace(/\/\/([^@/]*)@/, (_, auth: string) => `//${auth.includes(':') ? `${auth.slice(0, auth.indexOf(':'))}:***` : '***'}@`);
 }
 
 export function withBudget<T>(work: Promise<T>, ms: number, message: string): Promise<T> {

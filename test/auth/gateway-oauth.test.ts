@@ -4,6 +4,9 @@
 // consumer; then the attacks on verification, scopes per tool, the header the upstream must never
 // get, and the binding of handles to the principal they were minted for.
 import t from 'tap';
+import { configSchema } from '../../src/config/schema.js';
+import { createLogger } from '../../src/observability/logger.js';
+import { runGateway } from '../../src/start.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { freePort, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startTestIssuer, type MintOptions, type TestIssuer } from '../helpers/jwks-issuer.js';
@@ -20,9 +23,15 @@ interface OauthGateway extends TestGateway {
   prm: string;
 }
 
-async function oauthGateway(t: Tap, issuer: TestIssuer = shared, upstreamHeaders: Record<string, string> = {}): Promise<OauthGateway> {
+interface GatewayOptions {
+  toolScopes?: Record<string, string[]>;
+  challengesPerClient?: { ratePerSecond: number; burst: number };
+}
+
+async function oauthGateway(t: Tap, issuer: TestIssuer = shared, upstreamHeaders: Record<string, string> = {}, options: GatewayOptions = {}): Promise<OauthGateway> {
   const port = await freePort();
   const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const base = testConfig(upstream.url);
   const gateway = await startTestGateway(
     t as Parameters<typeof startTestGateway>[0],
     testConfig(upstream.url, {
@@ -34,8 +43,9 @@ async function oauthGateway(t: Tap, issuer: TestIssuer = shared, upstreamHeaders
         jwksUrl: issuer.jwksUrl,
         authorizationServers: [issuer.issuer],
         requiredScopes: ['mcp:use'],
-        toolScopes: { fetch_readable: ['research:pay'] },
+        toolScopes: options.toolScopes ?? { fetch_readable: ['research:pay'] },
       },
+      ...(options.challengesPerClient ? { limits: { ...base.limits, challengesPerClient: options.challengesPerClient } } : {}),
     }),
   );
   return { ...gateway, publicUrl, prm: `http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp` };
@@ -243,4 +253,125 @@ t.test('binding: a handle minted for A works for A after paying and is refused f
 
   const againForA = await post(gateway, callTool('fetch_readable', { ...args, tollboothToken: handle }), alice);
   t.same(againForA.body.result?._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 1 }, "B's attempt cost A nothing");
+});
+
+// --- SPEC §20: a 403 for a batch names every scope the batch needs ---
+
+t.test('a batch calling two tools with their own scopes is refused 403 naming every scope of the batch, whatever the token lacks', async (t) => {
+  const gw = await oauthGateway(t, shared, {}, { toolScopes: { fetch_readable: ['research:pay'], costly: ['research:costly'] } });
+  const batch = [
+    { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'fetch_readable', arguments: { url: 'u' } } },
+    { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'costly', arguments: { url: 'u' } } },
+  ];
+  const full = `Bearer error="insufficient_scope", scope="mcp:use research:pay research:costly", resource_metadata="${gw.prm}"`;
+  const before = upstream.callsOf('fetch_readable').length + upstream.callsOf('costly').length;
+  for (const scope of ['mcp:use', 'mcp:use research:pay', 'mcp:use research:costly']) {
+    const token = await tokenFor('batcher', { scope, aud: gw.publicUrl });
+    const response = await fetch(gw.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}` },
+      body: JSON.stringify(batch),
+    });
+    await response.text();
+    t.equal(response.status, 403, `token with ${scope}`);
+    t.equal(response.headers.get('www-authenticate'), full, `token with ${scope}: the whole set is named`);
+  }
+  t.equal(upstream.callsOf('fetch_readable').length + upstream.callsOf('costly').length, before, 'nothing reached the upstream');
+});
+
+// --- SPEC §20: principals are namespaced (sub:… / client:…) ---
+
+/** Challenged, then paid on the dev checkout: the handle and its link. */
+async function paidHandle(t: Tap & { ok: (value: unknown, message?: string) => void }, gw: OauthGateway, token: string): Promise<{ handle: string; checkoutUrl: string }> {
+  const challenge = await post(gw, callTool('fetch_readable', { url: 'https://example.com/ns' }), token);
+  const meta = challenge.body.result?._meta?.['xyz.tollbooth/challenge'] as { checkoutUrl: string; retry: { value: string } };
+  t.ok(meta?.retry.value.startsWith('tb_s_'), 'challenged with a handle');
+  const pay = await fetch(`${meta.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
+  t.ok(pay.status === 303, 'paid');
+  return { handle: meta.retry.value, checkoutUrl: meta.checkoutUrl };
+}
+
+t.test("principals: a client-credentials token whose client_id equals a user's sub cannot spend that user's handle", async (t) => {
+  const sharedId = 'same-id-4Fq';
+  const user = await tokenFor(sharedId);
+  const service = await shared.mint({ client_id: sharedId, aud: gateway.publicUrl, scope: 'mcp:use research:pay' });
+  const { handle, checkoutUrl } = await paidHandle(t, gateway, user);
+
+  const upstreamBefore = upstream.callsOf('fetch_readable').length;
+  const forService = await post(gateway, callTool('fetch_readable', { url: 'https://example.com/ns', tollboothToken: handle }), service);
+  t.equal(forService.status, 200);
+  t.same(forService.body.result?._meta?.['xyz.tollbooth/refusal'], { reason: 'bound_to_other_principal' });
+  t.notOk(forService.text.includes(handle) || forService.text.includes(checkoutUrl), 'nothing of the handle disclosed');
+  t.equal(upstream.callsOf('fetch_readable').length, upstreamBefore, 'the service reached nothing upstream');
+
+  const forUser = await post(gateway, callTool('fetch_readable', { url: 'https://example.com/ns', tollboothToken: handle }), user);
+  t.same(forUser.body.result?._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 }, 'the user still has every credit');
+});
+
+t.test("principals: the other way round, a user whose sub equals a client's client_id cannot spend the client's handle", async (t) => {
+  const sharedId = 'same-id-9Kd';
+  const user = await tokenFor(sharedId);
+  const service = await shared.mint({ client_id: sharedId, aud: gateway.publicUrl, scope: 'mcp:use research:pay' });
+  const { handle } = await paidHandle(t, gateway, service);
+  const forUser = await post(gateway, callTool('fetch_readable', { url: 'https://example.com/ns', tollboothToken: handle }), user);
+  t.same(forUser.body.result?._meta?.['xyz.tollbooth/refusal'], { reason: 'bound_to_other_principal' });
+  const forService = await post(gateway, callTool('fetch_readable', { url: 'https://example.com/ns', tollboothToken: handle }), service);
+  t.same(forService.body.result?._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 }, 'the client spends its own handle');
+});
+
+t.test("principals: a client-credentials token does not share the challenge-throttle bucket of the user whose sub equals its client_id", async (t) => {
+  const gw = await oauthGateway(t, shared, {}, { challengesPerClient: { ratePerSecond: 0.001, burst: 1 } });
+  const sharedId = 'same-id-2Wn';
+  const user = await tokenFor(sharedId, {}, shared, gw);
+  const service = await shared.mint({ client_id: sharedId, aud: gw.publicUrl, scope: 'mcp:use research:pay' });
+  const first = await post(gw, callTool('fetch_readable', { url: 'u' }), user);
+  t.ok(first.body.result?._meta?.['xyz.tollbooth/challenge'], "the user's one challenge");
+  const again = await post(gw, callTool('fetch_readable', { url: 'u' }), user);
+  t.match(again.body.result?._meta?.['xyz.tollbooth/refusal'], { reason: 'rate_limited' }, "the user's bucket is empty now (control)");
+  const forService = await post(gw, callTool('fetch_readable', { url: 'u' }), service);
+  t.ok(forService.body.result?._meta?.['xyz.tollbooth/challenge'], 'the service still gets its own challenge: its own bucket');
+});
+
+t.test('a token with neither sub nor client_id is refused 401 invalid_token', async (t) => {
+  const reply = await post(gateway, toolsList, await shared.mint({ aud: gateway.publicUrl, scope: 'mcp:use' }));
+  t.equal(reply.status, 401);
+  t.match(reply.wwwAuthenticate, /^Bearer error="invalid_token"/);
+});
+
+// --- SPEC §20: WWW-Authenticate is built safely (scopes are validated at load; this is the second line) ---
+
+t.test('a scope that slipped past validation can neither inject a WWW-Authenticate parameter nor turn the 403 into a 502', async (t) => {
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const config = configSchema.parse(
+    testConfig(upstream.url, {
+      server: { host: '127.0.0.1', port, publicUrl },
+      auth: { mode: 'oauth', issuer: shared.issuer, jwksUrl: shared.jwksUrl, requiredScopes: ['mcp:use'], toolScopes: { fetch_readable: ['x'], costly: ['y'] } },
+    }),
+  );
+  // What load.ts now refuses, put in behind its back.
+  config.auth.toolScopes.fetch_readable = ['pay" error="invalid_token'];
+  config.auth.toolScopes.costly = ['pay\r\nX-Injected: 1'];
+  const running = await runGateway(config, { logger: createLogger('silent') });
+  t.teardown(() => running.close());
+  const gw = { url: running.url, publicUrl, prm: `http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp`, origin: `http://127.0.0.1:${port}` } as OauthGateway;
+  const token = await tokenFor('injector', { scope: 'mcp:use', aud: publicUrl });
+
+  const quoted = await post(gw, callTool('fetch_readable', { url: 'u' }), token);
+  t.equal(quoted.status, 403);
+  // The whole header, read as RFC 9110 auth-params (quoted-strings with \\-escapes): exactly three.
+  t.match(quoted.wwwAuthenticate, /^Bearer [a-z_]+="(?:[^"\\]|\\.)*"(?:, [a-z_]+="(?:[^"\\]|\\.)*")*$/, 'well-formed auth-params');
+  const params = [...(quoted.wwwAuthenticate ?? '').matchAll(/([a-z_]+)="(?:[^"\\]|\\.)*"/g)].map((match) => match[1]);
+  t.same(params, ['error', 'scope', 'resource_metadata'], 'one error, one scope, one resource_metadata');
+  t.match(quoted.wwwAuthenticate, /^Bearer error="insufficient_scope", scope="mcp:use pay\\" error=\\"invalid_token", resource_metadata="/);
+
+  const crlf = await fetch(gw.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, ...callTool('costly', { url: 'u' }) }),
+  });
+  await crlf.text();
+  t.equal(crlf.status, 403, 'a 403, not a 502');
+  t.equal(crlf.headers.get('x-injected'), null, 'no header injected');
+  t.equal(crlf.headers.get('www-authenticate'), `Bearer error="insufficient_scope", scope="mcp:use payX-Injected: 1", resource_metadata="${gw.prm}"`);
 });

@@ -1,7 +1,7 @@
 // RFC 9728 protected resource metadata: the document, where it is served, and the URL advertised.
 import t from 'tap';
 import { configSchema, type GatewayConfig } from '../../src/config/schema.js';
-import { prmPaths, prmUrl, protectedResourceMetadata } from '../../src/auth/metadata.js';
+import { bearerChallenge, prmPaths, prmUrl, protectedResourceMetadata } from '../../src/auth/metadata.js';
 
 function authConfig(publicUrl: string, auth: Record<string, unknown> = {}): GatewayConfig['auth'] {
   return configSchema.parse({
@@ -55,3 +55,25 @@ t.test('the advertised URL is one of the served paths', async (t) => {
     t.ok(prmPaths(publicUrl).includes(new URL(prmUrl(publicUrl)).pathname), publicUrl);
   }
 });
+
+// SPEC §20: WWW-Authenticate is built safely, whatever a value holds.
+t.test('bearerChallenge quotes each value: a quote or backslash is escaped and cannot start another parameter', async (t) => {
+  const header = bearerChallenge({ error: 'insufficient_scope', scope: 'a"b c\\d', resource_metadata: 'https://gw.example.test/.well-known/oauth-protected-resource/mcp' });
+  t.equal(header, 'Bearer error="insufficient_scope", scope="a\\"b c\\\\d", resource_metadata="https://gw.example.test/.well-known/oauth-protected-resource/mcp"');
+  t.same(parseChallengeParams(header), { error: 'insufficient_scope', scope: 'a"b c\\d', resource_metadata: 'https://gw.example.test/.well-known/oauth-protected-resource/mcp' }, 'exactly three parameters');
+});
+
+t.test('bearerChallenge drops CR, LF and every other character a header value cannot carry', async (t) => {
+  const header = bearerChallenge({ scope: 'x\r\nSet-Cookie: a=b\u0000\u00e9', resource_metadata: 'https://gw/' });
+  t.notMatch(header, /[\r\n\u0000\u00e9]/);
+  t.equal(header, 'Bearer scope="xSet-Cookie: a=b", resource_metadata="https://gw/"');
+});
+
+/** The auth-params of one challenge, quoted-string escapes undone (RFC 9110 §11.2). */
+function parseChallengeParams(header: string): Record<string, string> {
+  const params: Record<string, string> = {};
+  for (const match of header.replace(/^Bearer /, '').matchAll(/([A-Za-z_]+)="((?:[^"\\]|\\.)*)"(?:, |$)/g)) {
+    params[match[1] as string] = (match[2] as string).replace(/\\(.)/g, '$1');
+  }
+  return params;
+}

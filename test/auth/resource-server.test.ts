@@ -86,7 +86,7 @@ t.test('token minted for another audience: 401 invalid_token although the signat
 t.test('valid token without the needed scope: 403 insufficient_scope naming every scope the request needs', async (t) => {
   const rs = server(t, shared, { requiredScopes: ['mcp:use'], toolScopes: { delete_file: ['files:write'] } });
   const token = await shared.mint({ sub: 'alice', aud: PUBLIC_URL, scope: 'mcp:use files:read' });
-  const outcome = refused(await rs.authenticate(bearer(token), { tool: 'delete_file' }));
+  const outcome = refused(await rs.authenticate(bearer(token), { tools: ['delete_file'] }));
   t.equal(outcome.status, 403);
   t.equal(outcome.reason, 'insufficient_scope');
   t.equal(outcome.wwwAuthenticate, `Bearer error="insufficient_scope", scope="mcp:use files:write", resource_metadata="${PRM}"`);
@@ -98,7 +98,7 @@ t.test('a valid RS256 token and a valid ES256 token are accepted', async (t) => 
   const rs = server(t);
   for (const alg of ['RS256', 'ES256'] as const) {
     const outcome = await rs.authenticate(bearer(await shared.mint({ alg, sub: `user-${alg}`, aud: PUBLIC_URL })), {});
-    t.same(outcome, { ok: true, principal: `user-${alg}`, scopes: new Set() }, alg);
+    t.same(outcome, { ok: true, principal: `sub:user-${alg}`, scopes: new Set() }, alg);
   }
 });
 
@@ -159,7 +159,7 @@ t.test('unknown kid: one refetch after the cooldown finds the rotated key; anoth
   travel(t, 31_000);
   const later = await issuer.mint({ sub: 'bob', aud: PUBLIC_URL });
   const outcome = await rs.authenticate(bearer(later), {});
-  t.equal(outcome.ok && outcome.principal, 'bob', 'the rotated key verifies after one refetch');
+  t.equal(outcome.ok && outcome.principal, 'sub:bob', 'the rotated key verifies after one refetch');
   t.equal(issuer.jwksFetches, 2);
 
   const unknown = await issuer.mint({ foreignKey: true, kid: 'never-published', sub: 'mallory', aud: PUBLIC_URL });
@@ -233,14 +233,35 @@ t.test('clock skew within 30 s is accepted: nbf 20 s ahead, exp 20 s behind', as
   t.equal((await rs.authenticate(bearer(justExpired), {})).ok, true, 'exp');
 });
 
-t.test('the principal is sub, else client_id, else the token is refused', async (t) => {
+t.test('the principal is sub:<sub>, else client:<client_id>, else the token is refused (SPEC §20)', async (t) => {
   const rs = server(t);
   const both = await rs.authenticate(bearer(await shared.mint({ sub: 'alice', client_id: 'app-1', aud: PUBLIC_URL })), {});
-  t.equal(both.ok && both.principal, 'alice');
+  t.equal(both.ok && both.principal, 'sub:alice');
   const clientOnly = await rs.authenticate(bearer(await shared.mint({ client_id: 'app-1', aud: PUBLIC_URL })), {});
-  t.equal(clientOnly.ok && clientOnly.principal, 'app-1');
+  t.equal(clientOnly.ok && clientOnly.principal, 'client:app-1');
+  const sameValue = await rs.authenticate(bearer(await shared.mint({ client_id: 'alice', aud: PUBLIC_URL })), {});
+  t.equal(sameValue.ok && sameValue.principal, 'client:alice', 'a client id equal to a sub is still another principal');
   invalidToken(t, await rs.authenticate(bearer(await shared.mint({ aud: PUBLIC_URL })), {}), 'invalid_token');
   invalidToken(t, await rs.authenticate(bearer(await shared.mint({ sub: '', aud: PUBLIC_URL })), {}), 'invalid_token');
+});
+
+t.test('a sub that is present but not a non-empty string is refused, never replaced by client_id', async (t) => {
+  const rs = server(t);
+  invalidToken(t, await rs.authenticate(bearer(await shared.mint({ sub: '', client_id: 'app-1', aud: PUBLIC_URL })), {}), 'invalid_token');
+  invalidToken(t, await rs.authenticate(bearer(await shared.mint({ client_id: 'app-1', aud: PUBLIC_URL, claims: { sub: 42 as unknown as string } })), {}), 'invalid_token');
+  invalidToken(t, await rs.authenticate(bearer(await shared.mint({ aud: PUBLIC_URL, claims: { client_id: 7 } })), {}), 'invalid_token');
+});
+
+t.test("a batch needs requiredScopes and every called tool's scopes; the 403 names that whole set (SPEC §20)", async (t) => {
+  const rs = server(t, shared, { requiredScopes: ['mcp:use'], toolScopes: { delete_file: ['files:write'], fetch: ['net:fetch', 'mcp:use'] } });
+  const full = `Bearer error="insufficient_scope", scope="mcp:use files:write net:fetch", resource_metadata="${PRM}"`;
+  for (const scope of ['mcp:use', 'mcp:use files:write', 'mcp:use net:fetch', 'files:write net:fetch']) {
+    const token = await shared.mint({ sub: 'a', aud: PUBLIC_URL, scope });
+    t.equal(refused(await rs.authenticate(bearer(token), { tools: ['delete_file', 'echo', 'fetch'] })).wwwAuthenticate, full, `holding ${scope}`);
+  }
+  const all = await shared.mint({ sub: 'a', aud: PUBLIC_URL, scope: 'mcp:use files:write net:fetch' });
+  t.equal((await rs.authenticate(bearer(all), { tools: ['delete_file', 'echo', 'fetch'] })).ok, true, 'every scope held: passes');
+  t.equal((await rs.authenticate(bearer(all), { tools: ['constructor', '__proto__', 'toString'] })).ok, true, 'hostile tool names need nothing extra');
 });
 
 // --- scopes ---
@@ -263,12 +284,12 @@ t.test('requiredScopes apply to every request', async (t) => {
 t.test('toolScopes apply to their tool only', async (t) => {
   const rs = server(t, shared, { toolScopes: { delete_file: ['files:write'] } });
   const token = await shared.mint({ sub: 'a', aud: PUBLIC_URL, scope: 'files:read' });
-  t.equal((await rs.authenticate(bearer(token), { tool: 'read_file' })).ok, true, 'another tool');
+  t.equal((await rs.authenticate(bearer(token), { tools: ['read_file'] })).ok, true, 'another tool');
   t.equal((await rs.authenticate(bearer(token), {})).ok, true, 'not a tools/call');
-  const outcome = refused(await rs.authenticate(bearer(token), { tool: 'delete_file' }));
+  const outcome = refused(await rs.authenticate(bearer(token), { tools: ['delete_file'] }));
   t.equal(outcome.wwwAuthenticate, `Bearer error="insufficient_scope", scope="files:write", resource_metadata="${PRM}"`);
-  t.equal((await rs.authenticate(bearer(await shared.mint({ sub: 'a', aud: PUBLIC_URL, scp: ['files:write'] })), { tool: 'delete_file' })).ok, true);
-  t.equal((await rs.authenticate(bearer(token), { tool: '__proto__' })).ok, true, 'a hostile tool name needs nothing extra');
+  t.equal((await rs.authenticate(bearer(await shared.mint({ sub: 'a', aud: PUBLIC_URL, scp: ['files:write'] })), { tools: ['delete_file'] })).ok, true);
+  t.equal((await rs.authenticate(bearer(token), { tools: ['__proto__'] })).ok, true, 'a hostile tool name needs nothing extra');
 });
 
 // --- the Authorization header ---
@@ -322,7 +343,7 @@ t.test('a cached token is not verified again', async (t) => {
   const token = await shared.mint({ sub: 'alice', aud: PUBLIC_URL, scope: 'files:read' });
   for (let i = 0; i < 5; i++) t.equal((await rs.authenticate(bearer(token), {})).ok, true);
   t.match(rs.stats(), { verifications: 1, cacheHits: 4, cacheSize: 1 });
-  t.equal(refused(await rs.authenticate(bearer(token), { tool: 'delete_file' })).reason, 'insufficient_scope', 'scopes are still checked on a hit');
+  t.equal(refused(await rs.authenticate(bearer(token), { tools: ['delete_file'] })).reason, 'insufficient_scope', 'scopes are still checked on a hit');
   t.equal(rs.stats().verifications, 1);
 });
 

@@ -206,6 +206,42 @@ t.test('the moove block is not validated when the provider is dev, even with ${M
   t.equal(config.payments.moove.apiKey, '');
 });
 
+// SPEC §20: configuration that would disable billing fails.
+t.test('a filled-in moove block without provider moove is refused, naming payments.provider', async (t) => {
+  const message = refusal(yaml(...UPSTREAM, 'payments:', '  moove:', '    apiKey: sk_live_forgot_provider', '    webhookSecret: whsec_x'));
+  t.equal(
+    message,
+    'config/test.yaml:3:1 payments.provider: expected moove, because payments.moove sets apiKey, webhookSecret (without provider: moove the gateway would run on the free dev checkout and nobody would pay; remove the payments.moove block to use dev), found the default "dev"',
+  );
+  t.notMatch(message, /sk_live_forgot_provider|whsec_x/, 'the values themselves are not echoed');
+});
+
+t.test('provider dev written out beside a filled-in moove block is refused the same way', async (t) => {
+  t.match(refusal(yaml(...UPSTREAM, 'payments:', '  provider: dev', '  moove:', '    webhookSecret: whsec_x')), 'config/test.yaml:4:13 payments.provider: expected moove, because payments.moove sets webhookSecret');
+  t.match(refusal(yaml(...UPSTREAM, 'payments:', '  moove: { baseUrl: "https://api.moove.xyz" }')), 'payments.provider: expected moove, because payments.moove sets baseUrl');
+});
+
+t.test('a moove key that comes from the environment counts: set MOOVE_API_KEY without provider moove and the config is refused', async (t) => {
+  const text = yaml(...UPSTREAM, 'payments:', '  moove:', '    apiKey: ${MOOVE_API_KEY}', '    webhookSecret: ${MOOVE_WEBHOOK_SECRET:-}');
+  t.equal(parse(text).payments.provider, 'dev', 'unset: an empty block is no sign of intent');
+  t.match(refusal(text, { MOOVE_API_KEY: 'sk_live_1' }), 'payments.provider: expected moove, because payments.moove sets apiKey');
+  t.equal(parse(yaml(...UPSTREAM, 'payments:', '  moove: {}')).payments.moove.baseUrl, 'https://api.moove.xyz', 'an empty block: defaults apply');
+});
+
+// SPEC §20: configured scopes are RFC 6749 scope-tokens.
+t.test('scopes must be RFC 6749 scope-tokens: no space, quote, backslash, control or non-ASCII character', async (t) => {
+  const base = ['server: { publicUrl: "https://gw.example.test/mcp" }', 'auth:', '  mode: oauth', '  issuer: https://id.example.test/', '  jwksUrl: https://id.example.test/jwks'];
+  const bad = ['two words', 'a"b', 'a\\b', 'line\r\nX-Injected: 1', 'tab\there', 'caf\u00e9', ''];
+  for (const scope of bad) {
+    const required = refusal(yaml(...UPSTREAM, ...base, `  requiredScopes: [ok, ${JSON.stringify(scope)}]`));
+    t.match(required, /^config\/test\.yaml:\d+:\d+ auth\.requiredScopes\[1\]: expected an RFC 6749 scope-token \(printable ASCII without spaces, " or \\\), found /, `requiredScopes ${JSON.stringify(scope)}`);
+    const perTool = refusal(yaml(...UPSTREAM, ...base, `  toolScopes: { fetch_readable: [${JSON.stringify(scope)}] }`));
+    t.match(perTool, /auth\.toolScopes\.fetch_readable\[0\]: expected an RFC 6749 scope-token/, `toolScopes ${JSON.stringify(scope)}`);
+  }
+  const good = parse(yaml(...UPSTREAM, ...base, '  requiredScopes: ["mcp:use", "https://api.example.test/read", "!#$%&\'()*+,-./[]^_`{|}~"]'));
+  t.same(good.auth.requiredScopes, ['mcp:use', 'https://api.example.test/read', "!#$%&'()*+,-./[]^_`{|}~"]);
+});
+
 t.test('auth.mode oauth needs an issuer and an absolute jwksUrl', async (t) => {
   const message = refusal(yaml(...UPSTREAM, 'server: { publicUrl: "https://gw.example.test/mcp" }', 'auth:', '  mode: oauth', '  jwksUrl: /.well-known/jwks.json'));
   t.match(message, 'config/test.yaml:4:1 auth.issuer: expected a non-empty issuer because auth.mode is oauth, found nothing (no "issuer" key)');

@@ -3,7 +3,7 @@
 import t from 'tap';
 import { isGatewayError } from '../../src/errors.js';
 import { parseConfigText } from '../../src/config/load.js';
-import { maskSecrets } from '../../src/config/mask.js';
+import { maskSecrets, printableConfig } from '../../src/config/mask.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { X402Rail } from '../../src/payments/x402/rail.js';
 import { MemoryStore } from '../../src/store/memory.js';
@@ -119,7 +119,7 @@ t.test('X402Rail.fromConfig: null when off, a rail with the resolved terms when 
 t.test('the effective config with x402 on parses again unchanged (tollbooth check prints it)', async (t) => {
   const { stringify } = await import('yaml');
   const config = parse(yaml(...SKUS, ...on()));
-  const again = parseConfigText(stringify(maskSecrets(config)), FILE, {});
+  const again = parseConfigText(stringify(printableConfig(config)), FILE, {});
   t.same(again.payments.x402, config.payments.x402);
   t.same(again.skus, config.skus);
 });

@@ -207,6 +207,9 @@ t.test('compose tollbooth.yaml switches to Moove from the environment, and refus
   if (moove.success) t.match(moove.data.payments, { provider: 'moove', moove: { apiKey: 'mk_test_dummy', webhookSecret: 'whsec_dummy' } });
   const keyless = configSchema.safeParse(expandEnv(raw, { TOLLBOOTH_PAYMENTS_PROVIDER: 'moove' }));
   t.notOk(keyless.success, 'provider moove without MOOVE_API_KEY is refused');
+  const forgotProvider = configSchema.safeParse(expandEnv(raw, { MOOVE_API_KEY: 'mk_test_dummy' }));
+  t.notOk(forgotProvider.success, 'MOOVE_API_KEY without TOLLBOOTH_PAYMENTS_PROVIDER=moove is refused (SPEC §20), never a free dev checkout');
+  if (!forgotProvider.success) t.same(forgotProvider.error.issues.map((issue) => issue.path.join('.')), ['payments.provider']);
 });
 
 const k8s = (file: string): any => readYaml(`deploy/kubernetes/${file}`);
@@ -364,6 +367,20 @@ t.test('dashboard: schema, datasource variable, unique ids, non-overlapping pane
     ['upstream_error', 'upstream errors'], ['tollbooth_pending_charges', 'pending charges'], ['tollbooth_store_errors_total', 'store errors'],
     ['tollbooth_auth_failures_total', 'auth failures'],
   ] as const) t.ok(exprs.includes(needle), `a panel shows ${what}`);
+});
+
+// SPEC §20: tollbooth_mcp_requests_total{status} carries 2xx/3xx/4xx/5xx, never a raw code.
+const RAW_STATUS_SELECTOR = /tollbooth_mcp_requests_total\{[^}]*\bstatus\s*(=~?|!~?)\s*"[^"]*\d[\d.[]/;
+
+t.test('no alert or panel selects tollbooth_mcp_requests_total by a raw status code (the label holds classes)', async (t) => {
+  t.match('sum(rate(tollbooth_mcp_requests_total{status="503"}[5m]))', RAW_STATUS_SELECTOR, 'negative control: a raw-code selector is recognised');
+  t.match('tollbooth_mcp_requests_total{method="x", status=~"5.."}', RAW_STATUS_SELECTOR, 'negative control: a raw-code regex is recognised');
+  t.notMatch('tollbooth_mcp_requests_total{status="5xx"}', RAW_STATUS_SELECTOR, 'a class selector is fine');
+  const rules = (readYaml('deploy/prometheus/alerts.yml').groups as any[]).flatMap((g) => g.rules as any[]);
+  const panels = JSON.parse(read('deploy/grafana/dashboard.json')).panels as any[];
+  const exprs = [...rules.map((r) => String(r.expr)), ...panels.flatMap((p) => (p.targets ?? []).map((q: any) => String(q.expr)))];
+  t.ok(exprs.some((expr) => expr.includes('tollbooth_mcp_requests_total')), 'the request series is used somewhere (the scan is not vacuous)');
+  for (const expr of exprs) t.notMatch(expr, RAW_STATUS_SELECTOR, expr.slice(0, 80));
 });
 
 const composeAvailable = await run('docker', ['compose', 'version'], { timeout: 10_000 }).then(() => true, () => false);

@@ -3,10 +3,13 @@
 // scraped after every step. The assertions are on the deltas between scrapes and on the label
 // values of every series: none may carry a handle, URL, principal, token or argument.
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { freePort, startTestGateway, testConfig } from '../helpers/gateway.js';
+import { statusClass } from '../../src/observability/metrics.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
@@ -147,15 +150,15 @@ t.test('a tool error refunds its reservation: refunded moves, spent does not', a
   t.equal(delta(afterSpend, afterRefund, 'tollbooth_credits_total', { kind: 'spent' }), 0);
 });
 
-t.test('tollbooth_mcp_requests_total counts by method, era and status; an unknown method is `other`', async (t) => {
-  t.equal(delta(atStart, afterChallenge, 'tollbooth_mcp_requests_total', { method: 'tools/call', status: '200' }), 1);
+t.test('tollbooth_mcp_requests_total counts by method, era and status class; an unknown method is `other`', async (t) => {
+  t.equal(delta(atStart, afterChallenge, 'tollbooth_mcp_requests_total', { method: 'tools/call', status: '2xx' }), 1);
   t.equal(delta(afterRefund, atEnd, 'tollbooth_mcp_requests_total', { method: 'other' }), 1);
   const methods = new Set(atEnd.samples.filter((s) => s.name === 'tollbooth_mcp_requests_total').map((s) => s.labels.method));
   t.ok(methods.has('initialize'), 'the client handshake is counted');
   t.notOk([...methods].some((m) => m?.includes(ARGUMENT)), 'the unknown method name is not a label value');
   for (const sample of atEnd.samples.filter((s) => s.name === 'tollbooth_mcp_requests_total')) {
     t.match(sample.labels.era, /^(legacy|modern)$/, 'era is legacy or modern');
-    t.match(sample.labels.status, /^[1-5]\d\d$/, 'status is an HTTP status code');
+    t.match(sample.labels.status, /^[2-5]xx$/, 'status is a status class (SPEC §20)');
   }
 });
 
@@ -163,7 +166,7 @@ t.test('a request without a bearer token counts one auth failure, reason missing
   t.equal(noToken.status, 401);
   t.equal(delta(afterRefund, atEnd, 'tollbooth_auth_failures_total', { reason: 'missing_token' }), 1);
   t.equal(delta(afterRefund, atEnd, 'tollbooth_auth_failures_total'), 1, 'no other reason moved');
-  t.equal(delta(afterRefund, atEnd, 'tollbooth_mcp_requests_total', { method: 'tools/list', status: '401' }), 1);
+  t.equal(delta(afterRefund, atEnd, 'tollbooth_mcp_requests_total', { method: 'tools/list', status: '4xx' }), 1);
 });
 
 t.test('tollbooth_mcp_request_duration_seconds has buckets from 0.25 ms to 30 s', async (t) => {
@@ -215,4 +218,36 @@ t.test('promtool check metrics accepts the live /metrics output', async (t) => {
 t.test('promtool check metrics rejects a broken exposition (negative control)', async (t) => {
   const { code } = await promtoolCheckMetrics(`${atEnd.text}# TYPE nodejs_active_handles_total gauge\nnodejs_active_handles_total 3\n`);
   t.not(code, 0, 'a gauge named _total is flagged');
+});
+
+// SPEC §20: an upstream chooses its status codes; they must not become label values.
+t.test('statusClass maps every code to 2xx, 3xx, 4xx or 5xx; anything outside 200–599 counts as 5xx', async (t) => {
+  t.same([200, 204, 299, 301, 399, 400, 418, 499, 500, 503, 599].map(statusClass), ['2xx', '2xx', '2xx', '3xx', '3xx', '4xx', '4xx', '4xx', '5xx', '5xx', '5xx']);
+  t.same([0, 101, 199, 600, 999, Number.NaN, 250.5].map(statusClass), ['5xx', '5xx', '5xx', '5xx', '5xx', '5xx', '5xx']);
+});
+
+t.test("an upstream's odd status codes (299, 418, 599) are counted by class, never as raw label values", async (t) => {
+  const odd = createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk: Buffer) => (body += chunk.toString()));
+    req.on('end', () => {
+      const id = (JSON.parse(body) as { id: number }).id;
+      res.writeHead(id, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id, result: {} }));
+    });
+  });
+  await new Promise<void>((resolve) => odd.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => odd.close(() => resolve())));
+  const gw = await startTestGateway(t, testConfig(`http://127.0.0.1:${(odd.address() as AddressInfo).port}/mcp`));
+  for (const id of [299, 418, 599]) {
+    const response = await fetch(gw.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id, method: 'ping', params: {} }),
+    });
+    await response.text();
+    t.equal(response.status, id, `the client still gets the upstream's ${id}`);
+  }
+  const samples = parseExposition(await (await fetch(`${gw.origin}/metrics`)).text()).filter((s) => s.name === 'tollbooth_mcp_requests_total');
+  t.same(samples.map((s) => s.labels.status).sort(), ['2xx', '4xx', '5xx']);
+  t.same(samples.map((s) => [s.labels.method, s.labels.status, s.value]).sort(), [['ping', '2xx', 1], ['ping', '4xx', 1], ['ping', '5xx', 1]]);
 });

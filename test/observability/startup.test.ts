@@ -18,7 +18,8 @@ const API_KEY = 'moove-key-marker-Qh2v9';
 const WEBHOOK_SECRET = 'webhook-secret-marker-Lp4x';
 const HASH_SECRET = 'hash-secret-marker-Tr6w';
 const UPSTREAM_TOKEN = 'upstream-token-marker-Kd8m';
-const SECRETS = [API_KEY, WEBHOOK_SECRET, HASH_SECRET, UPSTREAM_TOKEN];
+const URL_TOKEN = 'url-token-marker-Wc5y';
+const SECRETS = [API_KEY, WEBHOOK_SECRET, HASH_SECRET, UPSTREAM_TOKEN, URL_TOKEN];
 
 function newestMtime(dir: string): number {
   let newest = 0;
@@ -65,9 +66,10 @@ async function startCli(t: Test, provider: 'dev' | 'moove'): Promise<Started> {
     stringify({
       server: { host: '127.0.0.1', port, publicUrl: `http://127.0.0.1:${port}/mcp` },
       // Never contacted during this test: nothing calls a tool.
-      upstream: { url: 'http://127.0.0.1:9/mcp', headers: { authorization: `Bearer ${UPSTREAM_TOKEN}` } },
+      upstream: { url: `http://127.0.0.1:9/mcp?token=${URL_TOKEN}`, headers: { authorization: `Bearer ${UPSTREAM_TOKEN}` } },
       store: { type: 'memory' },
-      payments: { provider, moove: { apiKey: API_KEY, webhookSecret: WEBHOOK_SECRET, baseUrl: 'http://127.0.0.1:9' } },
+      // A filled-in moove block needs provider moove (SPEC §20): the dev gateway has none.
+      payments: provider === 'moove' ? { provider, moove: { apiKey: API_KEY, webhookSecret: WEBHOOK_SECRET, baseUrl: 'http://127.0.0.1:9' } } : { provider },
       skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: 3 } },
       tools: { fetch_readable: { sku: 'research', cost: 1 } },
       handles: { hashSecret: HASH_SECRET },
@@ -103,9 +105,9 @@ t.test('the start line carries the effective config with every secret masked as 
   t.match(start, { level: 'info' });
   t.match(start, {
     config: {
-      payments: { provider: 'dev', moove: { apiKey: '***', webhookSecret: '***' } },
+      payments: { provider: 'dev', moove: { apiKey: '', webhookSecret: '' } },
       handles: { hashSecret: '***' },
-      upstream: { headers: { authorization: '***' } },
+      upstream: { url: 'http://127.0.0.1:9/mcp?token=***', headers: { authorization: '***' } },
       skus: { research: { amount: '5.00', credits: 3 } },
     },
   }, 'defaults applied, secrets masked');
@@ -121,7 +123,7 @@ t.test('the dev provider logs a warning that no real money moves', async (t) => 
 
 t.test('the moove provider starts without the dev warning and without leaking its key', async (t) => {
   const moove = await startCli(t, 'moove');
-  t.match(moove.lines.find((line) => line.evt === 'start'), { config: { payments: { provider: 'moove', moove: { apiKey: '***' } } } });
+  t.match(moove.lines.find((line) => line.evt === 'start'), { config: { payments: { provider: 'moove', moove: { apiKey: '***', webhookSecret: '***' } } } });
   t.notOk(moove.lines.some((line) => line.evt === 'dev_provider'), 'no dev warning');
   for (const secret of SECRETS) t.notOk(moove.stdout().includes(secret), `${secret.split('-marker')[0]} never appears in the output`);
 });

@@ -2,6 +2,8 @@
 // link, sees label, amount and credits, finds the controls by their accessible names, pays, and the
 // agent's retry then runs. The amount field drives underpayment: 0.40 of 5.00 → underpaid (new link),
 // 2.50 → pro rata 1 credit of 3 (partial).
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -120,4 +122,46 @@ t.test('an unknown link id shows an accessible not-found page with no Pay button
   t.equal(response?.status(), 404);
   t.equal(await page.getByRole('heading', { level: 1 }).textContent(), 'Checkout not found');
   t.equal(await page.getByRole('button').count(), 0);
+});
+
+// SPEC §20: a page on another origin can neither submit the pay form nor frame the checkout page.
+t.test('a page on another origin that posts the pay form, or frames the checkout page, pays nothing', async (t) => {
+  const gateway = await startTestGateway(t, testConfig(upstream.url));
+  const client = new Client({ name: 'browser-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+  t.teardown(() => client.close());
+  const challenge = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'csrf' } })) as Json);
+  const payUrl = `${challenge.checkoutUrl}/pay`;
+
+  // The attacker's site: another port on the same host is another origin.
+  const attacker = createServer((request, response) => {
+    response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+    if (request.url === '/frame') return void response.end(`<!doctype html><title>frame</title><iframe id="victim" src="${challenge.checkoutUrl}"></iframe>`);
+    response.end(`<!doctype html><title>win a prize</title><form id="f" method="post" action="${payUrl}"><input name="received" value="5.00"></form><script>document.getElementById('f').submit()</script>`);
+  });
+  await new Promise<void>((resolve) => attacker.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => attacker.close(() => resolve())));
+  const attackerOrigin = `http://127.0.0.1:${(attacker.address() as AddressInfo).port}`;
+  t.not(attackerOrigin, gateway.origin);
+
+  const page = await context.newPage();
+  t.teardown(() => page.close());
+  const payResponse = page.waitForResponse((response) => response.url() === payUrl);
+  await page.goto(`${attackerOrigin}/post`);
+  const refused = await payResponse;
+  t.equal(refused.status(), 403, 'the cross-origin form post is refused');
+  t.equal(refused.request().headers().origin, attackerOrigin, 'the browser sent its Origin');
+  t.equal((await gateway.gateway.app.inject({ method: 'GET', url: '/metrics' })).body.match(/tollbooth_settlements_total\{[^}]*\} [1-9]/), null, 'nothing settled');
+
+  const framedResponse = page.waitForResponse((response) => response.url() === challenge.checkoutUrl);
+  await page.goto(`${attackerOrigin}/frame`);
+  const frameResponse = await framedResponse;
+  t.equal(frameResponse.headers()['x-frame-options'], 'DENY');
+  await page.waitForTimeout(300);
+  const framed = page.frames().find((frame) => frame !== page.mainFrame());
+  const buttons = framed ? await framed.locator('#pay').count().catch(() => 0) : 0;
+  t.equal(buttons, 0, 'the framed checkout page is not rendered, so there is no Pay button to click');
+
+  const retry = (await client.callTool({ name: 'fetch_readable', arguments: { url: 'csrf', tollboothToken: challenge.retry.value } })) as Json;
+  t.ok(retry._meta?.['xyz.tollbooth/challenge'], 'the agent is still challenged: nothing was paid');
 });

@@ -86,7 +86,7 @@ t.test('the checkout page shows label, amount and credits, escaped, and is not c
   t.equal(page.status, 200);
   t.match(page.headers.get('content-type'), /^text\/html/);
   t.equal(page.headers.get('cache-control'), 'no-store');
-  t.equal(page.headers.get('referrer-policy'), 'no-referrer', 'the link id does not leak through Referer');
+  t.equal(page.headers.get('referrer-policy'), 'same-origin', 'the link id never reaches another site through Referer');
   const html = await page.text();
   t.match(html, 'Research &lt;b&gt;&amp; &quot;tools&quot;&lt;/b&gt;');
   t.notMatch(html, '<b>&', 'the label is not injected as HTML');
@@ -135,4 +135,52 @@ t.test('unknown checkout ids: 404 page and 404 JSON on pay, nothing reflected', 
   const pay = await fetch(`${gateway.origin}/tollbooth/checkout/nope/pay`, { method: 'POST', redirect: 'manual' });
   t.equal(pay.status, 404);
   t.match(pay.headers.get('content-type'), /json/);
+});
+
+// --- SPEC §20: the pay action only takes posts from the gateway's own origin; nothing may frame the page ---
+
+const FRAME_HEADERS = { 'content-security-policy': "frame-ancestors 'none'", 'x-frame-options': 'DENY' };
+function noFraming(t: Parameters<Parameters<typeof t.test>[1]>[0], response: Response, what: string): void {
+  for (const [name, value] of Object.entries(FRAME_HEADERS)) t.equal(response.headers.get(name), value, `${what}: ${name}`);
+}
+
+t.test('pay from another Origin is 403 JSON and pays nothing; the page still offers the Pay button', async (t) => {
+  gateway = await startTestGateway(t, testConfig(upstream.url));
+  const c = await challenge(gateway);
+  for (const origin of ['https://evil.example', 'null', `${gateway.origin}.evil.example`, 'http://localhost:1', gateway.origin.replace('http:', 'https:')]) {
+    const response = await fetch(`${c.checkoutUrl}/pay`, {
+      method: 'POST',
+      headers: { origin, 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'received=5.00',
+      redirect: 'manual',
+    });
+    t.equal(response.status, 403, `Origin ${origin}`);
+    t.match(response.headers.get('content-type'), /^application\/json/);
+    t.same(await response.json(), { error: 'payments are only accepted from the checkout page itself' });
+  }
+  t.equal((await gateway.store.listCharges('pending')).length, 1, 'the charge is still pending');
+  t.equal((await gateway.store.listCharges('settled')).length, 0, 'nothing settled');
+  t.match(await (await fetch(c.checkoutUrl)).text(), /<button type="submit" id="pay">/, 'the link is still payable');
+});
+
+t.test("pay from publicUrl's own origin is accepted; a post without Origin (not a browser) too", async (t) => {
+  gateway = await startTestGateway(t, testConfig(upstream.url));
+  const same = await challenge(gateway);
+  const fromPage = await fetch(`${same.checkoutUrl}/pay`, { method: 'POST', headers: { origin: gateway.origin }, redirect: 'manual' });
+  t.equal(fromPage.status, 303, 'same origin');
+  const other = await challenge(gateway);
+  const noOrigin = await fetch(`${other.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
+  t.equal(noOrigin.status, 303, 'no Origin header');
+});
+
+t.test("the page and every pay answer are served with frame-ancestors 'none' and X-Frame-Options DENY", async (t) => {
+  gateway = await startTestGateway(t, testConfig(upstream.url));
+  const c = await challenge(gateway);
+  noFraming(t, await fetch(c.checkoutUrl), 'page');
+  noFraming(t, await fetch(`${gateway.origin}/tollbooth/checkout/nope`), 'not-found page');
+  noFraming(t, await fetch(`${c.checkoutUrl}/pay`, { method: 'POST', headers: { origin: 'https://evil.example' }, redirect: 'manual' }), '403');
+  noFraming(t, await fetch(`${c.checkoutUrl}/pay`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'received=abc', redirect: 'manual' }), '400');
+  noFraming(t, await fetch(`${c.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' }), '303');
+  noFraming(t, await fetch(`${c.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' }), '409');
+  noFraming(t, await fetch(`${gateway.origin}/tollbooth/checkout/nope/pay`, { method: 'POST', redirect: 'manual' }), '404');
 });

@@ -26,9 +26,13 @@ const REFUSED_V4: Array<[string, RegExp]> = [
   ['239.255.255.250', /multicast/],
   ['240.0.0.1', /reserved/],
   ['255.255.255.255', /reserved/],
+  ['192.0.2.1', /documentation/], // TEST-NET-1
+  ['198.51.100.7', /documentation/], // TEST-NET-2
+  ['203.0.113.9', /documentation/], // TEST-NET-3
+  ['192.88.99.1', /6to4 relay/],
 ];
 
-const PUBLIC_EDGES_V4 = ['1.1.1.1', '8.8.8.8', PUBLIC_V4, '100.63.255.255', '100.128.0.0', '172.15.255.255', '172.32.0.0', '192.0.1.1', '198.17.255.255', '198.20.0.0', '223.255.255.255', '11.0.0.1'];
+const PUBLIC_EDGES_V4 = ['1.1.1.1', '8.8.8.8', PUBLIC_V4, '100.63.255.255', '100.128.0.0', '172.15.255.255', '172.32.0.0', '192.0.1.1', '198.17.255.255', '198.20.0.0', '223.255.255.255', '11.0.0.1', '192.0.3.0', '198.51.99.255', '198.51.101.0', '203.0.112.255', '203.0.114.0', '192.88.98.255', '192.88.100.0'];
 
 const REFUSED_V6: Array<[string, RegExp]> = [
   ['::', /unspecified/],
@@ -43,11 +47,36 @@ const REFUSED_V6: Array<[string, RegExp]> = [
   ['::ffff:7f00:1', /IPv4-mapped/],
   ['::ffff:8.8.8.8', /IPv4-mapped/], // refused outright, even when the IPv4 inside is public
   ['::ffff:a9fe:a9fe', /IPv4-mapped/],
-  ['64:ff9b::a00:1', /reserved/], // NAT64 of 10.0.0.1
   ['::127.0.0.1', /reserved/], // IPv4-compatible
+  // Forms that embed an IPv4 address are judged by the address they embed (SPEC §13).
+  ['2002:a00:1::1', /^a 6to4 address embedding 10\.0\.0\.1, a private address$/],
+  ['2002:7f00:1::', /6to4 address embedding 127\.0\.0\.1, a loopback address/],
+  ['2002:a9fe:a9fe::1', /6to4 address embedding 169\.254\.169\.254, a link-local address/],
+  ['2002:c000:201::1', /6to4 address embedding 192\.0\.2\.1, a documentation address/],
+  ['2002::1', /6to4 address embedding 0\.0\.0\.0/],
+  ['64:ff9b::a00:1', /^a NAT64 address embedding 10\.0\.0\.1, a private address$/],
+  ['64:ff9b::127.0.0.1', /NAT64 address embedding 127\.0\.0\.1, a loopback address/],
+  ['64:ff9b::a9fe:a9fe', /NAT64 address embedding 169\.254\.169\.254/],
+  // Refused whole: where the IPv4 address sits, or what it means, cannot be read from the address.
+  ['64:ff9b:1::a00:1', /local-use NAT64/],
+  ['64:ff9b:1:ffff::808:808', /local-use NAT64/],
+  ['2001:0:4136:e378:8000:63bf:3fff:fdd2', /Teredo/],
+  ['2001::1', /Teredo/],
+  ['2001:2::1', /IETF protocol assignment/], // benchmarking, inside 2001::/23
+  ['2001:10::1', /IETF protocol assignment/], // ORCHID
+  ['2001:1ff:ffff::1', /IETF protocol assignment/],
+  ['2001:db8::1', /documentation/],
+  ['2001:db8:ffff:ffff::1', /documentation/],
+  ['3fff::1', /documentation/],
+  ['3fff:fff:ffff::1', /documentation/],
 ];
 
-const PUBLIC_V6 = ['2606:4700:4700::1111', '2001:4860:4860::8888', '2a00:1450:4001::1'];
+const PUBLIC_V6 = [
+  '2606:4700:4700::1111', '2001:4860:4860::8888', '2a00:1450:4001::1',
+  '2002:808:808::1', // 6to4 of 8.8.8.8
+  '64:ff9b::808:808', // NAT64 of 8.8.8.8 (what DNS64 answers on an IPv6-only network)
+  '2001:200::1', '2001:db7:ffff::1', '2001:db9::1', '3fff:1000::1', '3ffe:ffff::1',
+];
 
 t.test('every refused IPv4 class is refused, and its neighbours outside the class are public', async (t) => {
   for (const [address, why] of REFUSED_V4) {
@@ -127,6 +156,31 @@ t.test('a public-looking name that resolves to loopback is refused (DNS rebindin
   await t.rejects(assertFetchableUrl('http://rebind6.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /resolves to ::1/ });
   await t.rejects(assertFetchableUrl('http://metadata.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /169\.254\.169\.254, a link-local/ });
   await t.rejects(assertFetchableUrl('http://mapped.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /IPv4-mapped/ });
+});
+
+t.test('a name resolving to a 6to4, NAT64, Teredo or documentation address is refused by what it embeds or names', async (t) => {
+  const { resolve } = tableResolver({
+    'sixtofour.test': [{ address: '2002:a00:1::1', family: 6 }],
+    'nat64.test': [{ address: '64:ff9b::7f00:1', family: 6 }],
+    'localnat64.test': [{ address: '64:ff9b:1::808:808', family: 6 }],
+    'teredo.test': [{ address: '2001:0:4136:e378:8000:63bf:3fff:fdd2', family: 6 }],
+    'doc6.test': [{ address: '2001:db8::1', family: 6 }],
+    'doc4.test': [{ address: '203.0.113.5', family: 4 }],
+    'public-nat64.test': [{ address: '64:ff9b::808:808', family: 6 }],
+  });
+  await t.rejects(assertFetchableUrl('http://sixtofour.test/', { resolve }), {
+    code: 'RS_ERR_ADDRESS',
+    message: 'Refused: sixtofour.test resolves to 2002:a00:1::1, a 6to4 address embedding 10.0.0.1, a private address; only public hosts can be fetched.',
+  });
+  await t.rejects(assertFetchableUrl('http://nat64.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /NAT64 address embedding 127\.0\.0\.1, a loopback address/ });
+  await t.rejects(assertFetchableUrl('http://localnat64.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /local-use NAT64/ });
+  await t.rejects(assertFetchableUrl('http://teredo.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /Teredo/ });
+  await t.rejects(assertFetchableUrl('http://doc6.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /2001:db8::1, a documentation address/ });
+  await t.rejects(assertFetchableUrl('http://doc4.test/', { resolve }), { code: 'RS_ERR_ADDRESS', message: /203\.0\.113\.5, a documentation address/ });
+  t.match(await assertFetchableUrl('http://public-nat64.test/', { resolve }), { address: '64:ff9b::808:808', family: 6 }, 'NAT64 of a public address passes');
+  for (const literal of ['http://[2002:a00:1::1]/', 'http://[64:ff9b::a00:1]/', 'http://[2001::1]/', 'http://[3fff::1]/', 'http://192.0.2.1/']) {
+    await t.rejects(assertFetchableUrl(literal, { resolve }), { code: 'RS_ERR_ADDRESS' }, literal);
+  }
 });
 
 t.test('a name is refused if any one of its answers is private', async (t) => {
