@@ -374,7 +374,7 @@ function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis
     skus: { bench: { label: 'Bench credits', amount: '5.00', currency: 'USDC', credits: 100_000_000 } },
     tools: { echo_paid: { sku: 'bench', cost: 1 }, stream_paid: { sku: 'bench', cost: 1 } },
     handles: { hashSecret: 'bench-hash-secret' },
-    limits: { perHandle: { ratePerSecond: 1_000_000, burst: 1_000_000 }, challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 } },
+    limits: { perHandle: { ratePerSecond: 1_000_000, burst: 1_000_000 }, challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 }, newChargesPerSecond: 1_000 },
     auth: issuer ? { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, audience: publicUrl, authorizationServers: [issuer.issuer] } : { mode: 'none' },
     logging: { level: 'info' },
   };

@@ -18,7 +18,7 @@ export interface AdminContext {
   now?: () => number;
 }
 
-export const LISTABLE_CHARGE_STATUSES = ['pending', 'underpaid', 'settled', 'abandoned'] as const satisfies readonly ChargeStatus[];
+export const LISTABLE_CHARGE_STATUSES = ['pending', 'underpaid', 'settled', 'abandoned', 'expired'] as const satisfies readonly ChargeStatus[];
 
 interface ResolvedHandle {
   handleHash: string;

@@ -23,7 +23,8 @@ commands:
   handle show <handle|fingerprint>         a handle's principal, balances and expiry
   credits grant <handle|fingerprint> --sku SKU --credits N --reason TEXT
                                            add credits by hand (logged as evt "admin_grant")
-  charges list [--status pending|underpaid|settled|abandoned]
+  charges list [--status pending|underpaid|settled|abandoned|expired]
+  bridge [--port N] -- <command…>          serve a stdio MCP server over Streamable HTTP, no paywall (--help)
 
 --config FILE defaults to $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG}.
 `;
@@ -86,6 +87,11 @@ async function main(argv: string[]): Promise<number> {
   if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
     (argv.length === 0 ? process.stderr : process.stdout).write(USAGE);
     return argv.length === 0 ? 2 : 0;
+  }
+  if (argv[0] === 'bridge') {
+    // Its own argv shape (a command after "--"), and nothing of the gateway: loaded only when asked for.
+    const { runBridgeCli } = await import('./bridge/cli.js');
+    return runBridgeCli(argv.slice(1));
   }
   try {
     const { verb, rest } = findVerb(argv);

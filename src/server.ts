@@ -83,6 +83,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
       callDeadlineMs: config.upstream.callDeadline,
       perHandle: config.limits.perHandle,
       challengesPerClient: config.limits.challengesPerClient,
+      newChargesPerSecond: config.limits.newChargesPerSecond,
     },
     store: deps.store,
     provider: deps.provider,

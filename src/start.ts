@@ -8,8 +8,8 @@ import { DevProvider } from './payments/dev.js';
 import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Reconciler } from './payments/reconciler.js';
-import { registerMooveWebhookRoute } from './payments/webhook.js';
-import { startStdioShim } from './proxy/stdio-shim.js';
+import { MOOVE_WEBHOOK_EVENT_MEMORY_MS, registerMooveWebhookRoute } from './payments/webhook.js';
+import { startBridge } from './bridge/index.js';
 import { httpUpstreamTarget, type UpstreamTarget } from './proxy/upstream-target.js';
 import { buildGateway, type Gateway } from './server.js';
 import { createStore } from './store/create.js';
@@ -32,7 +32,20 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   const now = options.now ?? Date.now;
   const store = await createStore(config, { logger });
   const metrics = createMetrics(() => store.countPendingCharges());
-  const upstream: UpstreamTarget = config.upstream.command ? await startStdioShim(config.upstream.command, { logger }) : httpUpstreamTarget(config.upstream.url as string);
+  // A stdio upstream is served by the bridge on a private socket; the proxy reaches it like any HTTP upstream (SPEC §16).
+  const stdio = config.upstream.stdio;
+  const upstream: UpstreamTarget =
+    config.upstream.command && stdio
+      ? await startBridge({
+          command: config.upstream.command,
+          sessions: stdio.sessions,
+          maxChildren: stdio.maxChildren,
+          idleTimeoutMs: stdio.idleTimeout,
+          maxLineBytes: config.upstream.maxResponseBytes,
+          maxBodyBytes: config.server.bodyLimit,
+          logger,
+        })
+      : httpUpstreamTarget(config.upstream.url as string);
   const provider: PaymentProvider =
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })
@@ -52,6 +65,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
         onLink: async (linkId) => {
           await settler.observeByRef(linkId);
         },
+        claimEvent: (eventId) => store.claimEvent('moove', eventId, MOOVE_WEBHOOK_EVENT_MEMORY_MS),
       }),
   });
   const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval, now });

@@ -171,5 +171,15 @@ t.test('charges list --status shows only charges in that status', async (t) => {
 
 t.test('charges list refuses an unknown status', async (t) => {
   const h = await harness();
-  await t.rejects(listCharges(h.context, 'paid'), { code: 'TB_ERR_INVALID_PARAMS', message: /--status must be one of pending, underpaid, settled, abandoned/ });
+  await t.rejects(listCharges(h.context, 'paid'), { code: 'TB_ERR_INVALID_PARAMS', message: /--status must be one of pending, underpaid, settled, abandoned, expired/ });
+});
+
+t.test('charges list --status expired shows the charges the provider never let us read (§7.6)', async (t) => {
+  const h = await harness();
+  const nonce = await openCharge(h, 'research', { providerRef: 'ref-x', checkoutUrl: 'https://pay.example.test/x' });
+  await openCharge(h, 'bulk', { providerRef: 'ref-y', checkoutUrl: 'https://pay.example.test/y' });
+  await h.store.expireCharge(h.handleHash, nonce, NOW);
+  await listCharges(h.context, 'expired');
+  t.equal(h.output.length, 2);
+  t.match(h.output[1], /^2026-01-01T12:00:00\.000Z\s+expired\s+research\s+5\.00\s+USDC\s+250\s+0\s+[0-9a-f]{8}…$/);
 });

@@ -62,10 +62,18 @@ const serverSchema = z.strictObject({
   trustProxy: z.boolean().default(false),
 });
 
+/** How a stdio upstream's children are run (SPEC §5.5, src/bridge/README.md); only with upstream.command. */
+const stdioSchema = z.strictObject({
+  sessions: z.enum(['perClient', 'shared']).default('perClient'),
+  maxChildren: positiveInt.default(32),
+  idleTimeout: duration.refine((ms) => ms >= 1_000, 'a duration of at least 1s').default(600_000),
+});
+
 const upstreamSchema = z
   .strictObject({
     url: httpUrl.optional(),
     command: z.array(z.string()).min(1, 'a command with at least the program name').optional(),
+    stdio: stdioSchema.optional(),
     headers: z.record(z.string(), z.string()).default({}),
     callDeadline: duration.default(20_000),
     maxResponseBytes: byteSize.default(16 * 1024 ** 2),
@@ -75,7 +83,12 @@ const upstreamSchema = z
     if (count !== 1) {
       ctx.addIssue({ code: 'custom', message: 'exactly one of upstream.url or upstream.command', input: value, params: { found: count === 0 ? 'neither' : 'both' } });
     }
-  });
+    if (value.stdio !== undefined && value.command === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['stdio'], message: 'no upstream.stdio unless upstream.command is set (it says how stdio children run)', input: value.stdio, params: { found: 'upstream.stdio beside upstream.url' } });
+    }
+  })
+  // A stdio upstream always has its settings, defaults applied.
+  .transform((value) => (value.command !== undefined && value.stdio === undefined ? { ...value, stdio: stdioSchema.parse({}) } : value));
 
 const storeSchema = z
   .strictObject({
@@ -258,6 +271,8 @@ export const configSchema = z
       .strictObject({
         perHandle: rateSchema.default({ ratePerSecond: 2, burst: 10 }),
         challengesPerClient: rateSchema.default({ ratePerSecond: 0.2, burst: 5 }),
+        // Every replica together: new checkout links opened per second (a burst of as many), §6.2 step 2.
+        newChargesPerSecond: z.number('a positive number of new charges per second').positive('a positive number of new charges per second').default(20),
       })
       .prefault({}),
     auth: authSchema.prefault({}),
@@ -269,6 +284,16 @@ export const configSchema = z
       if (!Object.hasOwn(config.skus, price.sku)) {
         ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
+    }
+    // §3: a charge opened just before the handle's last call could be paid after the handle expired.
+    // (A ttl under the 1 h floor is already reported at its own path.)
+    if (config.handles.ttl >= 3_600_000 && config.handles.ttl <= config.payments.chargeTtl) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['handles', 'ttl'],
+        message: `a handles.ttl longer than payments.chargeTtl (${config.payments.chargeTtl} ms) so a payment never lands on an expired handle`,
+        input: config.handles.ttl,
+      });
     }
     checkX402Currencies(config, ctx);
     if (config.auth.mode === 'oauth' && !config.server.publicUrl) {

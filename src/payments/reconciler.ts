@@ -1,6 +1,8 @@
 // The background reconciler (SPEC §7.6): on one replica at a time (a store lease), it polls charges
-// that are due (a due-time index, never a scan of every charge), abandons expired ones unless the
-// provider says they completed, and releases reservations a crashed gateway left behind (§6.5).
+// that are due (a due-time index, never a scan of every charge) — pending ones, and abandoned ones on
+// a slow backoff for the retention window, so a late payment on any of them is granted without
+// webhooks — and releases reservations a crashed gateway left behind (§6.5). What a reading means
+// for a charge (grant, abandon, expire) is decided by the Settler, the same for a retry.
 // Gentle on the provider: at most BATCH reads per tick, each due on its own backoff schedule, and a
 // tick stops early when the provider still answers 429 after the provider's own retries.
 import { randomUUID } from 'node:crypto';
@@ -29,6 +31,8 @@ export interface TickReport {
   polled: number;
   granted: number;
   abandoned: number;
+  /** Charges marked expired: never readable by the end of their retention window. */
+  expired: number;
   released: number;
 }
 
@@ -73,7 +77,7 @@ export class Reconciler {
   async #tick(): Promise<TickReport> {
     const { store, settler, metrics, logger } = this.#deps;
     const now = (this.#deps.now ?? Date.now)();
-    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, released: 0 };
+    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0 };
     try {
       if (!(await store.acquireLease('reconciler', this.#owner, this.#tickMs * 3))) return report;
       report.leader = true;
@@ -82,13 +86,8 @@ export class Reconciler {
           const observation = await settler.observe(charge);
           if (observation !== 'skipped') report.polled++;
           if (observation === 'granted') report.granted++;
-          // Past its life and not completed: abandoned. A late payment is still granted later (§7.5).
-          if ((observation === 'expired' || observation === 'still_pending') && charge.expiresAt <= now) {
-            if (await store.abandonCharge(charge.handleHash, charge.nonce)) {
-              report.abandoned++;
-              metrics.settlements.inc({ sku: charge.sku, result: 'expired' });
-            }
-          }
+          if (observation === 'abandoned') report.abandoned++;
+          if (observation === 'unreadable') report.expired++;
         } catch (error) {
           // Still rate limited after the provider's own backoff: polling the rest now would only dig deeper.
           if (error instanceof ProviderError && error.kind === 'rate_limited') {

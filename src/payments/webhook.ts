@@ -19,6 +19,12 @@ import type { Logger } from '../observability/logger.js';
 export const MOOVE_WEBHOOK_PATH = '/tollbooth/webhooks/moove';
 export const MOOVE_WEBHOOK_BODY_LIMIT = 64 * 1024;
 export const MOOVE_WEBHOOK_TOLERANCE_SECONDS = 300;
+/**
+ * How long a processed `moove-event-id` is remembered (§20: ≥ 10 minutes). A delivery is accepted
+ * while its timestamp is within ±300 s, so any replay of it arrives within 10 minutes of the first
+ * acceptable moment: 15 minutes covers that with room for clock skew between replicas.
+ */
+export const MOOVE_WEBHOOK_EVENT_MEMORY_MS = 15 * 60_000;
 
 const MAX_SIGNATURE_ENTRIES = 8;
 const LINK_ID_PATTERN = /^[A-Za-z0-9._:-]{1,200}$/;
@@ -104,6 +110,11 @@ export interface MooveWebhookRouteOptions {
   secret: string;
   /** Re-reads the link and settles it; runs after the response, its failures are only logged. */
   onLink: (linkId: string) => Promise<void>;
+  /**
+   * Records an event id as processed (in the store, so every replica sees it): true the first time,
+   * false for a replay, which then triggers nothing. Runs after the response, like onLink.
+   */
+  claimEvent?: (eventId: string) => Promise<boolean>;
   logger: Logger;
   clock?: () => number;
   /** How long app.close() waits for triggers still running (default 5 s). */
@@ -119,9 +130,16 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
   const logger = options.logger;
   const running = new Set<Promise<void>>();
 
-  const trigger = (linkId: string): void => {
+  const trigger = (linkId: string, eventId: string | null): void => {
     const task = new Promise<void>((resolve) => setImmediate(resolve))
-      .then(() => options.onLink(linkId))
+      .then(async () => {
+        // A replay (the same signed delivery again) is acknowledged like any other and triggers nothing.
+        if (eventId !== null && options.claimEvent && !(await options.claimEvent(eventId))) {
+          logger.info({ evt: 'webhook', provider: 'moove', replay: true }, 'a Moove webhook event already processed was delivered again; nothing to do');
+          return;
+        }
+        await options.onLink(linkId);
+      })
       .catch((error: unknown) => {
         logger.warn({ evt: 'webhook', provider: 'moove', err: describeFailure(error, linkId) }, 'handling a Moove webhook failed; the reconciler will pick the charge up');
       })
@@ -165,8 +183,8 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
           logger.info({ evt: 'webhook', reqId: request.id, provider: 'moove', status: verdict.status, reason: verdict.reason }, 'refused a Moove webhook');
           return reply.code(verdict.status).send({ error: verdict.reason });
         }
-        const { linkId } = verdict.event;
-        if (linkId) trigger(linkId);
+        const { linkId, id: eventId } = verdict.event;
+        if (linkId) trigger(linkId, eventId);
         else logger.info({ evt: 'webhook', reqId: request.id, provider: 'moove' }, 'a signed Moove webhook named no payment link; nothing to do');
         return reply.code(200).send({ ok: true });
       },

@@ -11,9 +11,10 @@ import { fingerprint } from '../observability/fingerprint.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
 import type { PaymentProvider } from '../payments/provider.js';
-import type { Settler } from '../payments/settle.js';
+import type { Observation, Settler } from '../payments/settle.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason, type ResultShape } from './challenge.js';
+import { challengeThrottleKey } from './client-key.js';
 import { hashHandle, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
 
 export interface PaywallSettings {
@@ -24,6 +25,8 @@ export interface PaywallSettings {
   callDeadlineMs: number;
   perHandle: { ratePerSecond: number; burst: number };
   challengesPerClient: { ratePerSecond: number; burst: number };
+  /** §6.2 step 2: new checkout links per second over every replica (the provider's rate budget). */
+  newChargesPerSecond: number;
 }
 
 export interface PaywallDeps {
@@ -97,6 +100,14 @@ const FAILED_CHARGED = 'The tool server accepted the call but its answer could n
 
 const OPENING_WAIT_MS = 5_000;
 const OPENING_POLL_MS = 50;
+/** The store bucket of the global cap on new charges (client keys start with "p:" or "ip:", so never this). */
+const NEW_CHARGES_BUCKET = 'global:new-charges';
+
+/** The global cap refused a new link: the caller answers rate_limited. */
+interface BudgetRefusal {
+  kind: 'budget_exhausted';
+  retryAfterMs: number;
+}
 
 export class Paywall {
   readonly #deps: PaywallDeps;
@@ -252,7 +263,12 @@ export class Paywall {
     this.#logCall(priced, answer.outcome, answer.facts, 0);
   }
 
-  /** Asks the provider about one charge; a settled charge means reserving again, an underpaid one is final for its link (§7.4). */
+  /**
+   * Asks the provider about one charge; a settled charge means reserving again, an underpaid one is
+   * final for its link (§7.4), a dead or past-TTL one is abandoned (§7.2/§7.6): the challenge then
+   * opens a new link. A charge that cannot be read is not a reason to refuse once it is past its TTL
+   * or abandoned: its link is not shown again anyway, and the reconciler keeps polling it.
+   */
   async #settleThenReserve(
     priced: PricedCall,
     handleHash: string,
@@ -260,9 +276,25 @@ export class Paywall {
     decision: Extract<SpendDecision, { kind: 'insufficient' }>,
     charge: ChargeRecord,
   ): Promise<SpendDecision> {
-    const observation = await this.#deps.settler.observe(charge);
+    const withoutPending = (status: ChargeRecord['status']): Extract<SpendDecision, { kind: 'insufficient' }> => ({
+      ...decision,
+      pending: decision.pending?.nonce === charge.nonce ? null : decision.pending,
+      lastCharge: { ...charge, status },
+    });
+    let observation: Observation;
+    try {
+      observation = await this.#deps.settler.observe(charge, { awaitOtherRead: true });
+    } catch (error) {
+      if (charge.status === 'pending' && charge.expiresAt > this.#deps.now()) throw error; // its link would be shown: refuse instead
+      this.#deps.logger.info(
+        { evt: 'charge_unreadable', reqId: priced.reqId, code: failureCode(error) },
+        'the payment provider could not be read for a charge past its TTL; a new link is shown and the reconciler keeps polling the old one',
+      );
+      return charge.status === 'pending' ? withoutPending('abandoned') : decision;
+    }
     if (observation === 'granted' || observation === 'already_settled') return this.#reserve(priced, handleHash, reservationId, false);
-    if (observation === 'underpaid') return { ...decision, pending: decision.pending?.nonce === charge.nonce ? null : decision.pending, lastCharge: { ...charge, status: 'underpaid' } };
+    if (observation === 'underpaid') return withoutPending('underpaid');
+    if (observation === 'abandoned') return withoutPending('abandoned');
     return decision;
   }
 
@@ -281,16 +313,32 @@ export class Paywall {
     });
   }
 
+  /**
+   * Step 2: the client's bucket (principal, IPv4 address or IPv6 /64), then the global cap on new
+   * charges (a new handle always opens one), and only then a handle is minted: a refused flood leaves
+   * nothing behind in the store.
+   */
   async #challengeNewHandle(priced: PricedCall, reason: ChallengeReason, facts: CallFacts): Promise<Authorisation> {
     const { settings, store } = this.#deps;
-    const throttle = await store.takeChallengeToken(priced.clientKey, settings.challengesPerClient);
-    if (!throttle.allowed) {
-      return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(throttle.retryAfterMs / 1000)) });
-    }
+    const throttle = await store.takeChallengeToken(challengeThrottleKey(priced.clientKey), settings.challengesPerClient);
+    if (!throttle.allowed) return this.#refuseRateLimited(priced, facts, throttle.retryAfterMs);
+    const budget = await this.#takeNewChargeBudget();
+    if (budget) return this.#refuseRateLimited(priced, facts, budget.retryAfterMs);
     const handle = mintHandle();
     const handleHash = hashHandle(handle, settings.hashSecret);
     await store.createHandle({ handleHash, fingerprint: fingerprint(handle), principal: priced.principal, ttlMs: settings.handleTtlMs });
-    return this.#challengeExistingHandle(priced, handle, handleHash, reason, null, facts);
+    return this.#challengeExistingHandle(priced, handle, handleHash, reason, null, facts, true);
+  }
+
+  /** One token of the global cap on new charges, or the refusal to answer with. */
+  async #takeNewChargeBudget(): Promise<BudgetRefusal | null> {
+    const rate = this.#deps.settings.newChargesPerSecond;
+    const taken = await this.#deps.store.takeChallengeToken(NEW_CHARGES_BUCKET, { ratePerSecond: rate, burst: Math.max(1, Math.ceil(rate)) });
+    return taken.allowed ? null : { kind: 'budget_exhausted', retryAfterMs: taken.retryAfterMs };
+  }
+
+  #refuseRateLimited(priced: PricedCall, facts: CallFacts, retryAfterMs: number): Promise<Authorisation> {
+    return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(retryAfterMs / 1000)) });
   }
 
   async #challengeExistingHandle(
@@ -300,8 +348,10 @@ export class Paywall {
     reason: ChallengeReason,
     pending: ChargeRecord | null,
     facts: CallFacts,
+    budgetTaken = false,
   ): Promise<Authorisation> {
-    const charge = pending?.status === 'pending' && pending.checkoutUrl && pending.expiresAt > this.#deps.now() + 60_000 ? pending : await this.#chargeFor(priced, handleHash);
+    const charge = pending?.status === 'pending' && pending.checkoutUrl && pending.expiresAt > this.#deps.now() + 60_000 ? pending : await this.#chargeFor(priced, handleHash, budgetTaken);
+    if ('kind' in charge) return this.#refuseRateLimited(priced, facts, charge.retryAfterMs);
     const result = challengeResult(
       { reason, tool: priced.call.name, price: priced.price, checkoutUrl: charge.checkoutUrl as string, expiresAt: charge.expiresAt, handle, argumentName: this.#deps.settings.argumentName },
       await priced.resultShape(),
@@ -309,8 +359,11 @@ export class Paywall {
     return { kind: 'answer', result, outcome: 'challenged', facts };
   }
 
-  /** The handle's usable pending charge for this SKU, or a new one (one pending link per handle and SKU, §6.5). */
-  async #chargeFor(priced: PricedCall, handleHash: string): Promise<ChargeRecord> {
+  /**
+   * The handle's usable pending charge for this SKU, or a new one (one pending link per handle and
+   * SKU, §6.5). Only a new one costs a token of the global cap (unless the caller took it already).
+   */
+  async #chargeFor(priced: PricedCall, handleHash: string, budgetTaken: boolean): Promise<ChargeRecord | BudgetRefusal> {
     const { settings, store, provider, metrics, now } = this.#deps;
     const { price } = priced;
     const begun = await store.beginCharge({
@@ -325,6 +378,11 @@ export class Paywall {
     if (begun.kind === 'existing') return this.#awaitLink(begun.charge);
     const charge = begun.charge;
     try {
+      const budget = budgetTaken ? null : await this.#takeNewChargeBudget();
+      if (budget) {
+        await store.abortCharge(handleHash, charge.nonce);
+        return budget;
+      }
       const link = await provider.openCharge({
         nonce: charge.nonce,
         sku: price.sku,
@@ -366,7 +424,7 @@ export class Paywall {
   }
 
   #countStoreFailure(reqId: string | undefined, error: unknown, op: string): void {
-    const code = error instanceof GatewayError ? error.code : error instanceof Error && 'kind' in error ? `provider_${String((error as { kind: unknown }).kind)}` : 'unknown';
+    const code = failureCode(error);
     if (error instanceof GatewayError && error.code === 'TB_ERR_STORE_UNAVAILABLE') this.#deps.metrics.storeErrors.inc({ op });
     this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId, op, code }, 'a priced call was refused or withheld because the store or the payment provider failed');
   }
@@ -398,6 +456,12 @@ function withReceipt(message: JsonRpcResponse, receipt: { sku: string; cost: num
   const result = message.result as JsonObject;
   const meta = isObject(result._meta) ? result._meta : {};
   return { ...message, result: { ...result, _meta: { ...meta, [RECEIPT_META_KEY]: receipt } } };
+}
+
+/** A failure's stable code for logs: the gateway code, or provider_<kind>. */
+function failureCode(error: unknown): string {
+  if (error instanceof GatewayError) return error.code;
+  return error instanceof Error && 'kind' in error ? `provider_${String((error as { kind: unknown }).kind)}` : 'unknown';
 }
 
 function challengeReason(decision: Extract<SpendDecision, { kind: 'insufficient' }>): ChallengeReason {

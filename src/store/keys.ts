@@ -1,7 +1,9 @@
 // Every Redis key the store uses, derived in one place (README.md beside this file explains the
 // layout). All keys of one handle share the hash tag `{h:<handleHash>}`, so every per-handle script
 // touches one Cluster slot. Global keys (indexes, buckets, lease, dev links) carry their own tags.
+import { createHash } from 'node:crypto';
 import { GatewayError } from '../errors.js';
+import { keySlot, slotTags } from './slots.js';
 
 /** The keys of one handle, computed once per store call. */
 export interface HandleKeys {
@@ -14,7 +16,7 @@ export interface HandleKeys {
 }
 
 export class KeySpace {
-  /** Zset of open reservations ("handleHash:reservationId", score = deadline) for the stale sweep. */
+  /** Zset of open reservations ("handleHash:reservationId", score = deadline) for the stale sweep (standalone/Sentinel; Cluster shards it per slot). */
   readonly reservationIndex: string;
   /** Zset of pending charges ("handleHash:nonce", score = nextPollAt) for the reconciler. */
   readonly dueCharges: string;
@@ -34,14 +36,33 @@ export class KeySpace {
     this.liveCharges = `${prefix}{charges:live}`;
   }
 
+  /**
+   * The reservation index a handle's reservations go in. Standalone/Sentinel: the one global zset.
+   * Cluster: the shard of the handle's slot (`{rs:…}`, a tag that lands in the same slot), so the
+   * reserve script writes the reservation and its index entry together (SPEC §6.5).
+   */
+  reservationIndexOf(handleHash: string, clustered: boolean): string {
+    return clustered ? this.reservationShard(keySlot(`h:${handleHash}`)) : this.reservationIndex;
+  }
+
+  /** Cluster: the reservation index shard of one slot (the stale sweep walks all of them). */
+  reservationShard(slot: number): string {
+    return `${this.prefix}{${slotTags()[slot] as string}}`;
+  }
+
+  /** Cluster: zset of slots whose reservation shard may be non-empty (score = when listed): where the sweep looks first. */
+  get shardDirectory(): string {
+    return `${this.prefix}{reservation-shards}`;
+  }
+
   handle(handleHash: string): HandleKeys {
     const handle = `${this.prefix}{h:${handleHash}}`;
     return { handle, reservations: `${handle}:res`, charges: `${handle}:charges` };
   }
 
-  /** Set of handle hashes with this fingerprint (operator look-up). */
-  fingerprint(fingerprint: string): string {
-    return `${this.prefix}{fp:${fingerprint}}`;
+  /** SCAN pattern matching exactly the handle hashes (not their :res/:charges companions). */
+  get handlePattern(): string {
+    return `${this.prefix.replace(/[*?[\]\\]/g, '\\$&')}{h:*}`;
   }
 
   /** String: "handleHash:nonce" of the charge a provider reference belongs to. */
@@ -64,6 +85,11 @@ export class KeySpace {
   /** Hash: JSON-RPC id → priced-request record, for one upstream session (its hash). SPEC §6.5. */
   pricedRequests(sessionHash: string): string {
     return `${this.prefix}{pr:${sessionHash}}`;
+  }
+
+  /** String: a claimed provider event. The id is hashed: it is any printable text (braces included) up to 200 characters. */
+  event(source: string, eventId: string): string {
+    return `${this.prefix}{ev:${createHash('sha256').update(`${source}\n${eventId}`).digest('hex')}}`;
   }
 
   // ── x402 (SPEC §19): keys of one payer share the tag {x402:<payer address>} ──

@@ -13,6 +13,7 @@ import {
   PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
   RETENTION_MS,
+  chargeRecordEnd,
   type BeginChargeResult,
   type ChargeRecord,
   type ChargeStatus,
@@ -34,6 +35,8 @@ import {
 } from './store.js';
 
 const SWEEP_INTERVAL_MS = 60_000;
+/** §7.5: a charge money can still land on (a late payment is never ignored). */
+const CLAIMABLE: ReadonlySet<ChargeStatus> = new Set(['pending', 'abandoned', 'expired']);
 /** retryAfterMs reported by a bucket that never refills (ratePerSecond ≤ 0). */
 const NEVER_REFILLS_RETRY_MS = 3_600_000;
 
@@ -91,10 +94,12 @@ export class MemoryStore implements Store {
   private readonly reservationIndex = new Map<string, { handleHash: string; reservationId: string }>();
   private readonly charges = new Map<string, ChargeRecord>();
   private readonly chargeByRef = new Map<string, string>();
-  /** The reconciler's due index: keys of charges in status 'pending'. */
-  private readonly pendingCharges = new Set<string>();
+  /** The reconciler's due index: keys of charges in status 'pending' or 'abandoned' (§7.6 late payments). */
+  private readonly polledCharges = new Set<string>();
   private readonly challengeBuckets = new Map<string, TokenBucket>();
   private readonly leases = new Map<string, { owner: string; expiresAt: number }>();
+  /** Claimed provider events: "source\nid" → when it is forgotten. */
+  private readonly events = new Map<string, number>();
   private readonly devLinks = new Map<string, DevLink>();
   /** Priced-request registry: session hash → its forwarded priced requests (one lifetime per session). */
   private readonly pricedRequests = new Map<string, { expiresAt: number; requests: Map<string, PricedRequestRecord> }>();
@@ -251,7 +256,7 @@ export class MemoryStore implements Store {
     charge.checkoutUrl = link.checkoutUrl;
     charge.status = 'pending';
     this.chargeByRef.set(link.providerRef, key);
-    this.pendingCharges.add(key);
+    this.polledCharges.add(key);
     return { ...charge };
   }
 
@@ -280,8 +285,8 @@ export class MemoryStore implements Store {
   }
 
   /**
-   * Exactly once (§7.5): only a 'pending' or 'abandoned' charge can be claimed (a late payment is
-   * still granted). If the handle expired meanwhile the claim still records the outcome (status,
+   * Exactly once (§7.5): only a 'pending', 'abandoned' or 'expired' charge can be claimed (a late
+   * payment is still granted). If the handle expired meanwhile the claim still records the outcome (status,
    * receivedAmount) so the operator sees the money, but there is nothing to credit: grantedCredits
    * is 0 and the balance returned is 0.
    */
@@ -290,13 +295,13 @@ export class MemoryStore implements Store {
     const charge = this.charges.get(key) ?? null;
     const handle = this.liveHandle(claim.handleHash, this.now());
     const balanceOf = (): number => (handle && charge ? (handle.balances.get(charge.sku) ?? 0) : 0);
-    if (!charge || (charge.status !== 'pending' && charge.status !== 'abandoned')) {
+    if (!charge || !CLAIMABLE.has(charge.status)) {
       return { claimed: false, charge: this.copyCharge(charge), balance: balanceOf() };
     }
     charge.status = claim.outcome;
     charge.receivedAmount = claim.receivedAmount;
     charge.grantedCredits = handle ? claim.credits : 0;
-    this.pendingCharges.delete(key);
+    this.polledCharges.delete(key);
     if (handle) {
       if (claim.credits > 0) {
         handle.balances.set(charge.sku, (handle.balances.get(charge.sku) ?? 0) + claim.credits);
@@ -307,12 +312,23 @@ export class MemoryStore implements Store {
     return { claimed: true, charge: { ...charge }, balance: balanceOf() };
   }
 
-  async abandonCharge(handleHash: string, nonce: string): Promise<boolean> {
-    const key = scopedKey(handleHash, nonce);
-    const charge = this.charges.get(key);
+  async abandonCharge(handleHash: string, nonce: string, nextPollAt: number): Promise<boolean> {
+    const charge = this.charges.get(scopedKey(handleHash, nonce));
     if (charge?.status !== 'pending') return false;
     charge.status = 'abandoned';
-    this.pendingCharges.delete(key);
+    charge.nextPollAt = nextPollAt; // still polled: a late payment on it is granted (§7.6)
+    const handle = this.handles.get(handleHash);
+    if (handle) this.chargeLeftPending(handle, charge);
+    return true;
+  }
+
+  async expireCharge(handleHash: string, nonce: string, now: number): Promise<boolean> {
+    const key = scopedKey(handleHash, nonce);
+    const charge = this.charges.get(key);
+    if (charge?.status !== 'pending' && charge?.status !== 'abandoned') return false;
+    charge.status = 'expired';
+    charge.expiredAt = now;
+    this.polledCharges.delete(key);
     const handle = this.handles.get(handleHash);
     if (handle) this.chargeLeftPending(handle, charge);
     return true;
@@ -321,7 +337,7 @@ export class MemoryStore implements Store {
   async dueCharges(now: number, limit: number): Promise<ChargeRecord[]> {
     this.sweepIfDue(this.now());
     const due: ChargeRecord[] = [];
-    for (const key of this.pendingCharges) {
+    for (const key of this.polledCharges) {
       const charge = this.charges.get(key);
       if (charge && charge.nextPollAt <= now) due.push(charge);
     }
@@ -356,6 +372,15 @@ export class MemoryStore implements Store {
     const lease = this.leases.get(name);
     if (lease && lease.owner !== owner && lease.expiresAt > now) return false;
     this.leases.set(name, { owner, expiresAt: now + ttlMs });
+    return true;
+  }
+
+  async claimEvent(source: string, eventId: string, ttlMs: number): Promise<boolean> {
+    const now = this.now();
+    const key = `${source}\n${eventId}`;
+    const forgetAt = this.events.get(key);
+    if (forgetAt !== undefined && forgetAt > now) return false;
+    this.events.set(key, now + ttlMs);
     return true;
   }
 
@@ -479,14 +504,14 @@ export class MemoryStore implements Store {
     for (const [hash, handle] of this.handles) if (handle.expiresAt <= now) this.deleteHandle(hash, handle);
     for (const [key, charge] of this.charges) {
       // An opening charge never got its link (its opener died): nobody can pay it once it expired.
-      const end = charge.status === 'opening' ? charge.expiresAt : charge.expiresAt + RETENTION_MS;
-      if (end <= now) this.deleteCharge(key, charge);
+      if (chargeRecordEnd(charge) <= now) this.deleteCharge(key, charge);
     }
     // A dev link is kept as long as its charge: the reconciler reads it after expiry.
     for (const [id, link] of this.devLinks) if (link.expiresAt + RETENTION_MS <= now) this.devLinks.delete(id);
     for (const [key, bucket] of this.challengeBuckets) if (bucket.fullAt <= now) this.challengeBuckets.delete(key);
     for (const [name, lease] of this.leases) if (lease.expiresAt <= now) this.leases.delete(name);
     for (const [session, entry] of this.pricedRequests) if (entry.expiresAt <= now) this.pricedRequests.delete(session);
+    for (const [key, forgetAt] of this.events) if (forgetAt <= now) this.events.delete(key);
   }
 
   private now(): number {
@@ -549,7 +574,7 @@ export class MemoryStore implements Store {
 
   private deleteCharge(key: string, charge: ChargeRecord): void {
     this.charges.delete(key);
-    this.pendingCharges.delete(key);
+    this.polledCharges.delete(key);
     if (charge.providerRef !== null && this.chargeByRef.get(charge.providerRef) === key) this.chargeByRef.delete(charge.providerRef);
     const handle = this.handles.get(charge.handleHash);
     if (handle?.pendingCharge.get(charge.sku) === charge.nonce) handle.pendingCharge.delete(charge.sku);

@@ -4,11 +4,13 @@
 // Failure behaviour is fail-closed and bounded: the client (redis-connection.ts) has no offline queue
 // and a 500 ms command timeout, and each call here has a 1 s budget, so with Redis gone every call
 // rejects with TB_ERR_STORE_UNAVAILABLE quickly.
+import type { Cluster, Redis } from 'ioredis';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { indexMember, KeySpace, parseIndexMember } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
+import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
 import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
 import {
   HANDLE_TTL_FLOOR_MS,
@@ -16,6 +18,7 @@ import {
   PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
   RETENTION_MS,
+  chargeRecordEnd,
   type BeginChargeResult,
   type ChargeRecord,
   type ChargeStatus,
@@ -40,6 +43,15 @@ import {
 const CALL_BUDGET_MS = 1_000;
 /** Operator listings read many records; they get longer. */
 const LISTING_BUDGET_MS = 10_000;
+/** Cluster stale sweep: slots of the rotating walk read per pass (all 16 384 every 16 passes, ~48 s at 3 s ticks). */
+const SHARD_WALK_SLICE = 1_024;
+/** Commands per pipeline, so no command in it waits past the 500 ms command timeout on a busy server. */
+const PIPELINE_CHUNK = 256;
+/** A directory entry younger than this is kept even if its shard read empty (a reserve may have just listed it). */
+const SHARD_LISTING_GRACE_MS = 60_000;
+/** `handle show <fingerprint>` scans every handle key: an operator can wait. */
+const ADMIN_SCAN_BUDGET_MS = 60_000;
+const SCAN_COUNT = 1_000;
 
 type Reply = string | number | null | Reply[];
 type Arg = string | number;
@@ -52,6 +64,10 @@ export interface RedisStoreDeps {
 
 export class RedisStore implements Store {
   readonly kind = 'redis' as const;
+  /** Cluster stale sweep: the first slot of the next slice of its rotating walk. */
+  private walkCursor = 0;
+  /** Cluster: when this process last listed each slot's reservation shard in the directory. */
+  private readonly shardListedAt = new Map<number, number>();
 
   private constructor(
     private readonly client: RedisClient,
@@ -71,6 +87,7 @@ export class RedisStore implements Store {
       throw new GatewayError('TB_ERR_CONFIG_INVALID', 'store.type redis needs exactly one of store.redis.url or store.redis.cluster');
     }
     const keys = new KeySpace(redis.keyPrefix);
+    if (redis.cluster !== undefined) slotTags(); // the shard names, computed once before the first call needs them
     const client = await openRedisClient(redis, deps.logger);
     return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger);
   }
@@ -82,16 +99,8 @@ export class RedisStore implements Store {
       throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
     }
     const k = this.keys.handle(handle.handleHash);
-    const fingerprintSet = this.keys.fingerprint(handle.fingerprint);
-    const now = this.now();
-    const args = [handle.handleHash, handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, now];
-    await this.call('createHandle', async () => {
-      if (!this.clustered) return void (await this.run('tbCreateHandle', [k.handle, k.reservations, fingerprintSet], args));
-      await Promise.all([
-        this.run('tbSetIndexAdd', [fingerprintSet], [handle.handleHash, now + 2 * handle.ttlMs, now]),
-        this.run('tbCreateHandle', [k.handle, k.reservations], args),
-      ]);
-    });
+    const args = [handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, this.now()];
+    await this.call('createHandle', () => this.run('tbCreateHandle', [k.handle, k.reservations], args));
   }
 
   async getHandle(handleHash: string): Promise<HandleState | null> {
@@ -106,13 +115,22 @@ export class RedisStore implements Store {
     return state;
   }
 
+  /**
+   * An operator verb, so a scan is fine: every handle key on every master is read (SCAN, then its
+   * expiry and fingerprint, pipelined). No index by fingerprint exists outside a handle's tag (§8).
+   */
   async findHandlesByFingerprint(fingerprint: string): Promise<string[]> {
     const now = this.now();
-    return this.call('findHandlesByFingerprint', async () => {
-      const hashes = await this.client.smembers(this.keys.fingerprint(fingerprint));
-      const handles = await Promise.all(hashes.map((hash) => this.client.hmget(this.keys.handle(hash).handle, 'x', 'fp')));
-      return hashes.filter((_, i) => Number(handles[i]?.[0]) > now && handles[i]?.[1] === fingerprint);
-    });
+    return this.call(
+      'findHandlesByFingerprint',
+      async () => {
+        const nodes = this.clustered ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+        const found = await Promise.all(nodes.map((node) => scanHandles(node, this.keys.handlePattern, fingerprint, now)));
+        // The prefix holds no brace, so the first "{h:" starts the tag.
+        return found.flat().map((key) => key.slice(key.indexOf('{h:') + 3, -1));
+      },
+      ADMIN_SCAN_BUDGET_MS,
+    );
   }
 
   async reserve(request: SpendRequest): Promise<SpendDecision> {
@@ -122,21 +140,9 @@ export class RedisStore implements Store {
     const ratePerSecond = request.bucket?.ratePerSecond ?? '';
     const burst = request.bucket?.burst ?? '';
     const args = [...principalArgs(request.principal), request.sku, request.cost, request.reservationId, request.reservationDeadline, request.ttlMs, ratePerSecond, burst, member, now];
-    const reply = await this.call('reserve', async () => {
-      if (!this.clustered) return this.run('tbReserve', [k.handle, k.reservations, k.charges, this.keys.reservationIndex], args);
-      // The index entry goes first: a spurious entry (the reserve was refused) costs the sweep one look.
-      const [indexed, decided] = await Promise.allSettled([
-        this.run('tbIndexAdd', [this.keys.reservationIndex], [request.reservationDeadline, member, request.reservationDeadline + RETENTION_MS, now, '']),
-        this.run('tbReserve', [k.handle, k.reservations, k.charges], args),
-      ]);
-      if (decided.status === 'rejected') throw decided.reason;
-      if (indexed.status === 'rejected') {
-        // An unindexed reservation would never be swept: give it back now, then report the failure.
-        if (asArray(decided.value)[0] === 'reserved') await this.run('tbRelease', [k.handle, k.reservations], [request.reservationId, member, now]).catch(() => undefined);
-        throw indexed.reason;
-      }
-      return decided.value;
-    });
+    // One script, one round trip, in every mode: the reservation and its index entry are written together.
+    const index = this.keys.reservationIndexOf(request.handleHash, this.clustered);
+    const reply = await this.call('reserve', () => this.run('tbReserve', [k.handle, k.reservations, k.charges, index], args));
     const [kind, a, b, c, d] = asArray(reply);
     switch (kind) {
       case 'unknown_handle':
@@ -147,7 +153,9 @@ export class RedisStore implements Store {
       case 'insufficient':
         return { kind, balance: Number(a), funded: Number(b) === 1, pending: parseCharge(c), lastCharge: parseCharge(d) };
       case 'reserved':
-        if (typeof b === 'string') this.background('extendFingerprint', this.run('tbSetIndexAdd', [this.keys.fingerprint(b)], ['', Number(c), now]));
+        // Cluster: the first reservation in a shard lists the shard in the directory the sweep reads
+        // first. Off the call path; if it is lost, the sweep's rotating walk of every slot finds the shard.
+        if (this.clustered && Number(b) === 1) this.listShard(request.handleHash, now);
         return { kind, remaining: Number(a) };
       default:
         throw new GatewayError('TB_ERR_INTERNAL', `unexpected reserve reply from Redis: ${String(kind)}`);
@@ -165,21 +173,18 @@ export class RedisStore implements Store {
   async releaseStaleReservations(now: number, limit: number): Promise<number> {
     if (limit <= 0) return 0;
     const clock = this.now();
-    const index = this.keys.reservationIndex;
     return this.call(
       'releaseStaleReservations',
       async () => {
-        const members = await this.client.zrangebyscore(index, '-inf', `(${now}`, 'LIMIT', 0, limit);
-        const byHandle = groupMembers(members);
+        const members = this.clustered ? await this.staleInShards(now, limit, clock) : await this.client.zrangebyscore(this.keys.reservationIndex, '-inf', `(${now}`, 'LIMIT', 0, limit);
         const counts = await Promise.all(
-          [...byHandle].map(async ([handleHash, ids]) => {
+          [...groupMembers(members)].map(async ([handleHash, ids]) => {
             const k = this.keys.handle(handleHash);
-            const keys = this.clustered ? [k.handle, k.reservations] : [k.handle, k.reservations, index];
+            // The script drops each member it looked at: its reservation is now released or was already gone.
+            const keys = [k.handle, k.reservations, this.keys.reservationIndexOf(handleHash, this.clustered)];
             return Number(await this.run('tbReleaseStale', keys, [now, clock, handleHash, ...ids]));
           }),
         );
-        // Each member names one reservation, now released or already gone: removing it is safe.
-        if (this.clustered && members.length > 0) await this.client.zrem(index, ...members);
         return counts.reduce((sum, count) => sum + count, 0);
       },
       LISTING_BUDGET_MS,
@@ -225,7 +230,7 @@ export class RedisStore implements Store {
       const [kind, existing] = asArray(await this.run('tbBeginCharge', keys, [sku, nonce, JSON.stringify(charge), now, member, clock, OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS]));
       if (kind === 'existing') return { kind: 'existing', charge: parseCharge(existing) as ChargeRecord };
       if (this.clustered) {
-        const ends = chargeEnd(charge);
+        const ends = chargeRecordEnd(charge);
         await Promise.all([this.indexAdd(allCharges, ends, member, ends, clock, 'end'), this.indexAdd(liveCharges, ends, member, ends, clock, 'end')]);
       }
       return { kind: 'begun', charge };
@@ -242,7 +247,7 @@ export class RedisStore implements Store {
       const keys = this.clustered ? [k.charges] : [k.charges, dueCharges, liveCharges, allCharges, refKey];
       const charge = parseCharge(await this.run('tbAttachLink', keys, [nonce, link.providerRef, link.checkoutUrl, member, clock]));
       if (charge && this.clustered) {
-        const ends = chargeEnd(charge);
+        const ends = chargeRecordEnd(charge);
         await Promise.all([
           this.indexAdd(dueCharges, charge.nextPollAt, member, ends, clock, ''),
           this.indexAdd(liveCharges, ends, member, ends, clock, 'end'),
@@ -286,8 +291,9 @@ export class RedisStore implements Store {
     return this.call('takePollSlot', async () => {
       const keys = this.clustered ? [k.charges] : [k.charges, this.keys.dueCharges];
       const [taken, status, ends] = asArray(await this.run('tbTakePollSlot', keys, [nonce, now, minIntervalMs, nextPollAt, member, clock]));
-      // Cluster: (re)index a pending charge; a claim racing this leaves a member dueCharges drops.
-      if (Number(taken) === 1 && status === 'pending' && this.clustered) await this.indexAdd(this.keys.dueCharges, nextPollAt, member, Number(ends), clock, '');
+      // Cluster: (re)index a polled charge; a claim racing this leaves a member dueCharges drops.
+      const polled = status === 'pending' || status === 'abandoned';
+      if (Number(taken) === 1 && polled && this.clustered) await this.indexAdd(this.keys.dueCharges, nextPollAt, member, Number(ends), clock, '');
       return Number(taken) === 1;
     });
   }
@@ -305,15 +311,36 @@ export class RedisStore implements Store {
     });
   }
 
-  async abandonCharge(handleHash: string, nonce: string): Promise<boolean> {
+  async abandonCharge(handleHash: string, nonce: string, nextPollAt: number): Promise<boolean> {
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, nonce);
     const { dueCharges, liveCharges } = this.keys;
+    const clock = this.now();
     return this.call('abandonCharge', async () => {
       const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges];
-      const abandoned = Number(await this.run('tbAbandonCharge', keys, [nonce, member, this.now()])) === 1;
-      if (abandoned && this.clustered) await Promise.all([this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member)]);
-      return abandoned;
+      const ends = Number(await this.run('tbAbandonCharge', keys, [nonce, member, clock, nextPollAt]));
+      // Cluster: it stays due (late payments); a lost ZADD is restored by the next takePollSlot of a retry.
+      if (ends > 0 && this.clustered) await Promise.all([this.indexAdd(dueCharges, nextPollAt, member, ends, clock, ''), this.client.zrem(liveCharges, member)]);
+      return ends > 0;
+    });
+  }
+
+  async expireCharge(handleHash: string, nonce: string, now: number): Promise<boolean> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, nonce);
+    const { dueCharges, liveCharges, allCharges } = this.keys;
+    const clock = this.now();
+    return this.call('expireCharge', async () => {
+      const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges, allCharges];
+      const charge = parseCharge(await this.run('tbExpireCharge', keys, [nonce, member, now, clock]));
+      if (!charge) return false;
+      const ends = chargeRecordEnd(charge);
+      const companions: Promise<unknown>[] = [];
+      // The provider-ref key lives in its own slot: extended beside the script (a webhook may still name the link).
+      if (charge.providerRef) companions.push(this.client.pexpireat(this.keys.providerRef(charge.providerRef), ends));
+      if (this.clustered) companions.push(this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member), this.indexAdd(allCharges, ends, member, ends, clock, 'end'));
+      await Promise.all(companions);
+      return true;
     });
   }
 
@@ -325,11 +352,12 @@ export class RedisStore implements Store {
       async () => {
         const members = await this.client.zrangebyscore(index, '-inf', now, 'LIMIT', 0, limit);
         const charges = await this.readCharges(members);
-        // Members whose charge is gone or no longer pending (possible in Cluster mode) are dropped.
-        const stale = members.filter((_, i) => charges[i]?.status !== 'pending');
+        // Members whose charge is gone or no longer polled (possible in Cluster mode) are dropped.
+        const polled = (charge: ChargeRecord | null): charge is ChargeRecord => charge?.status === 'pending' || charge?.status === 'abandoned';
+        const stale = members.filter((_, i) => !polled(charges[i] ?? null));
         if (stale.length > 0) await this.client.zrem(index, ...stale);
         return charges
-          .filter((charge): charge is ChargeRecord => charge?.status === 'pending' && charge.nextPollAt <= now)
+          .filter((charge): charge is ChargeRecord => polled(charge) && charge.nextPollAt <= now)
           .sort((a, b) => a.nextPollAt - b.nextPollAt);
       },
       LISTING_BUDGET_MS,
@@ -364,6 +392,12 @@ export class RedisStore implements Store {
 
   async acquireLease(name: string, owner: string, ttlMs: number): Promise<boolean> {
     return Number(await this.call('acquireLease', () => this.run('tbAcquireLease', [this.keys.lease(name)], [owner, Math.max(1, Math.ceil(ttlMs))]))) === 1;
+  }
+
+  async claimEvent(source: string, eventId: string, ttlMs: number): Promise<boolean> {
+    const key = this.keys.event(source, eventId);
+    const set = await this.call('claimEvent', () => this.client.set(key, '1', 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX'));
+    return set === 'OK';
   }
 
   async putDevLink(link: DevLink): Promise<void> {
@@ -451,11 +485,78 @@ export class RedisStore implements Store {
   private async settleReservation(op: string, script: 'tbCommit' | 'tbRelease', handleHash: string, reservationId: string): Promise<number | null> {
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, reservationId);
-    const index = this.keys.reservationIndex;
-    const balance = await this.call(op, () => this.run(script, this.clustered ? [k.handle, k.reservations] : [k.handle, k.reservations, index], [reservationId, member, this.now()]));
-    // Cluster: the index entry is dropped off the call path; if that fails, the stale sweep drops it.
-    if (this.clustered) this.background('dropReservationIndex', this.client.zrem(index, member));
+    const index = this.keys.reservationIndexOf(handleHash, this.clustered);
+    const balance = await this.call(op, () => this.run(script, [k.handle, k.reservations, index], [reservationId, member, this.now()]));
     return balance === null ? null : Number(balance);
+  }
+
+  /**
+   * Cluster: lists the shard of a handle's slot in the directory (score = now), at most once per
+   * half grace per slot from this process: an entry is pruned only when older than the grace, so
+   * one listing covers every reservation this process makes in that shard meanwhile.
+   */
+  private listShard(handleHash: string, now: number): void {
+    const slot = keySlot(`h:${handleHash}`);
+    if ((this.shardListedAt.get(slot) ?? -Infinity) > now - SHARD_LISTING_GRACE_MS / 2) return;
+    this.shardListedAt.set(slot, now);
+    const listing = this.indexAdd(this.keys.shardDirectory, now, String(slot), now + RETENTION_MS, now, '');
+    this.background('listShard', listing.catch((err: unknown) => {
+      this.shardListedAt.delete(slot);
+      throw err;
+    }));
+  }
+
+  /**
+   * Cluster: stale members of the reservation shards, earliest deadline first, at most `limit`. The
+   * shards read are those the directory lists plus the next SHARD_WALK_SLICE slots of a rotating walk
+   * over all 16 384, so a shard whose directory entry was lost is still read within a few minutes.
+   * Each master is asked only about the slots it serves, in pipelines of at most PIPELINE_CHUNK.
+   * README.md has the measurements behind these numbers.
+   */
+  private async staleInShards(before: number, limit: number, clock: number): Promise<string[]> {
+    const cluster = this.client as Cluster;
+    const listed = new Set((await cluster.zrange(this.keys.shardDirectory, 0, -1)).map(Number).filter((slot) => Number.isInteger(slot) && slot >= 0 && slot < SLOT_COUNT));
+    const slots = new Set(listed);
+    for (let i = 0; i < SHARD_WALK_SLICE; i++) slots.add((this.walkCursor + i) % SLOT_COUNT);
+    this.walkCursor = (this.walkCursor + SHARD_WALK_SLICE) % SLOT_COUNT;
+
+    const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+    const byNode = new Map<Redis, number[]>();
+    for (const slot of slots) {
+      const node = masters.get(cluster.slots[slot]?.[0] ?? '');
+      if (!node) continue;
+      const nodeSlots = byNode.get(node);
+      if (nodeSlots) nodeSlots.push(slot);
+      else byNode.set(node, [slot]);
+    }
+    const found: { member: string; deadline: number }[] = [];
+    const empty: number[] = [];
+    await Promise.all(
+      [...byNode].map(async ([node, nodeSlots]) => {
+        for (let start = 0; start < nodeSlots.length; start += PIPELINE_CHUNK) {
+          const chunk = nodeSlots.slice(start, start + PIPELINE_CHUNK);
+          const pipeline = node.pipeline();
+          for (const slot of chunk) pipeline.zrange(this.keys.reservationShard(slot), 0, limit - 1, 'WITHSCORES');
+          const replies = (await pipeline.exec()) ?? [];
+          chunk.forEach((slot, i) => {
+            // A slot that moved since the slot map was read answers MOVED: it is read on a later pass.
+            const [error, reply] = replies[i] ?? [null, null];
+            if (error || !Array.isArray(reply)) return;
+            if (reply.length === 0 && listed.has(slot)) empty.push(slot);
+            for (let j = 0; j + 1 < reply.length; j += 2) {
+              const deadline = Number(reply[j + 1]);
+              if (deadline < before) found.push({ member: String(reply[j]), deadline });
+            }
+          });
+        }
+      }),
+    );
+    // A reserve that made one of these shards non-empty since we read it listed it again after the cutoff: it stays.
+    if (empty.length > 0) await this.run('tbPruneShardDirectory', [this.keys.shardDirectory], [clock - SHARD_LISTING_GRACE_MS, ...empty]);
+    return found
+      .sort((a, b) => a.deadline - b.deadline)
+      .slice(0, limit)
+      .map(({ member }) => member);
   }
 
   /** Reads the charges named by index members, in order; null where a charge is gone. */
@@ -471,11 +572,16 @@ export class RedisStore implements Store {
 
   /** A charge past its end (link expiry + retention) reads as gone, as in the memory store. */
   private liveCharge(charge: ChargeRecord | null): ChargeRecord | null {
-    return charge && chargeEnd(charge) > this.now() ? charge : null;
+    return charge && chargeRecordEnd(charge) > this.now() ? charge : null;
   }
 
   private indexAdd(index: string, score: number, member: string, liveUntil: number, now: number, mode: 'end' | ''): Promise<Reply> {
     return this.run('tbIndexAdd', [index], [score, member, liveUntil, now, mode]);
+  }
+
+  /** Best-effort index upkeep that must not delay or fail the call it follows. */
+  private background(op: string, work: Promise<unknown>): void {
+    work.catch((err: unknown) => this.logger.debug({ op, err: errorMessage(err) }, 'redis index upkeep failed; the reconciler will catch up'));
   }
 
   private run(script: ScriptName, keys: string[], args: Arg[]): Promise<Reply> {
@@ -491,11 +597,6 @@ export class RedisStore implements Store {
       if (err instanceof GatewayError) throw err;
       throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the Redis store is unavailable (${op}): ${errorMessage(err)}`, { cause: err });
     }
-  }
-
-  /** Best-effort index upkeep that must not delay or fail the call it follows. */
-  private background(op: string, work: Promise<unknown>): void {
-    work.catch((err: unknown) => this.logger.debug({ op, err: errorMessage(err) }, 'redis index upkeep failed; the reconciler will catch up'));
   }
 }
 
@@ -513,8 +614,25 @@ function parsePricedRequest(raw: Reply | undefined): PricedRequestRecord | null 
   return typeof raw === 'string' ? (JSON.parse(raw) as PricedRequestRecord) : null;
 }
 
-/** When a charge record expires: mirrors charge_end in lua/prelude.ts. */
-const chargeEnd = (charge: ChargeRecord): number => (charge.status === 'opening' ? charge.expiresAt : charge.expiresAt + RETENTION_MS);
+/** The handle keys on one node (standalone or a Cluster master) that are live and carry this fingerprint. */
+async function scanHandles(node: Redis, pattern: string, fingerprint: string, now: number): Promise<string[]> {
+  const matches: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
+    cursor = next;
+    if (keys.length === 0) continue;
+    const pipeline = node.pipeline();
+    for (const key of keys) pipeline.hmget(key, 'x', 'fp');
+    const replies = (await pipeline.exec()) ?? [];
+    keys.forEach((key, i) => {
+      const [error, fields] = replies[i] ?? [null, null];
+      const [expiresAt, fp] = (error ? [] : (fields as (string | null)[])) ?? [];
+      if (Number(expiresAt) > now && fp === fingerprint) matches.push(key);
+    });
+  } while (cursor !== '0');
+  return matches;
+}
 
 function groupMembers(members: string[]): Map<string, string[]> {
   const byHandle = new Map<string, string[]>();

@@ -24,9 +24,17 @@ export interface ChargeRecord {
   pollCount: number;
   grantedCredits: number; // set by claimSettlement
   receivedAmount: string | null; // as reported when settled/underpaid
+  /** epoch ms: when the reconciler gave up reading it (status 'expired'); the record is kept RETENTION_MS from then. */
+  expiredAt?: number;
 }
 
-export type ChargeStatus = 'opening' | 'pending' | 'underpaid' | 'settled' | 'abandoned';
+/**
+ * opening → pending (link attached) → settled | underpaid (claimed) | abandoned (past its TTL, or a
+ * dead link). An abandoned charge is still polled and claimable (§7.6 late payments); one the
+ * provider never let us read by the end of the retention window becomes expired (for the operator,
+ * still claimable if money turns up).
+ */
+export type ChargeStatus = 'opening' | 'pending' | 'underpaid' | 'settled' | 'abandoned' | 'expired';
 
 export interface HandleState {
   principal: string | null;
@@ -121,9 +129,14 @@ export interface Store {
   takePollSlot(handleHash: string, nonce: string, now: number, minIntervalMs: number, nextPollAt: number): Promise<boolean>;
   /** §7.5 exactly once: claim + grant + status change in one atomic step. */
   claimSettlement(claim: SettlementClaim): Promise<ClaimResult>;
-  /** pending → abandoned (never underpaid/settled). Returns true if it changed. */
-  abandonCharge(handleHash: string, nonce: string): Promise<boolean>;
-  /** Charges due for a reconciler poll (nextPollAt ≤ now), oldest first, at most `limit`. */
+  /**
+   * pending → abandoned (never underpaid/settled); returns true if it changed. The charge stays due
+   * for the reconciler at nextPollAt: late payments on it are still found (§7.6).
+   */
+  abandonCharge(handleHash: string, nonce: string, nextPollAt: number): Promise<boolean>;
+  /** pending | abandoned → expired (never readable by the end of retention): no longer due, kept RETENTION_MS from `now` for the operator. */
+  expireCharge(handleHash: string, nonce: string, now: number): Promise<boolean>;
+  /** Charges due for a reconciler poll (nextPollAt ≤ now): pending and abandoned ones, oldest first, at most `limit`. */
   dueCharges(now: number, limit: number): Promise<ChargeRecord[]>;
   listCharges(status?: ChargeStatus): Promise<ChargeRecord[]>;
   countPendingCharges(): Promise<number>;
@@ -133,6 +146,12 @@ export interface Store {
 
   /** Reconciler lease: true if this owner holds it for ttlMs from now. */
   acquireLease(name: string, owner: string, ttlMs: number): Promise<boolean>;
+
+  /**
+   * Provider events (§20 webhook replay): true the first time (source, eventId) is claimed, false
+   * while it is remembered (ttlMs from that first claim), across every replica sharing the store.
+   */
+  claimEvent(source: string, eventId: string, ttlMs: number): Promise<boolean>;
 
   /** dev provider state (§7.3): its links live in the store so any replica can read them. */
   putDevLink(link: DevLink): Promise<void>;
@@ -255,3 +274,13 @@ export const OPENING_GRACE_MS = 15_000;
 export const PENDING_REUSE_MARGIN_MS = 60_000;
 /** How long a charge (and a dev link) stays readable after its link expired, for operators and late payments. */
 export const RETENTION_MS = 7 * 24 * 3_600_000;
+
+/**
+ * When a charge record ends (and reads as gone): an opening one (its opener never got a link) when
+ * its link would have expired; any other RETENTION_MS after its link expired, or after it was
+ * marked expired if that is later. Mirrored by charge_end in lua/prelude.ts.
+ */
+export function chargeRecordEnd(charge: Pick<ChargeRecord, 'status' | 'expiresAt' | 'expiredAt'>): number {
+  if (charge.status === 'opening') return charge.expiresAt;
+  return Math.max(charge.expiresAt, charge.expiredAt ?? 0) + RETENTION_MS;
+}

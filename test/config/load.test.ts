@@ -169,7 +169,17 @@ t.test('credits must be a positive integer', async (t) => {
 t.test('handles.ttl under 1h is refused; 1h is accepted', async (t) => {
   const message = refusal(yaml(...UPSTREAM, 'handles:', '  ttl: 59m'));
   t.equal(message, 'config/test.yaml:4:8 handles.ttl: expected a duration of at least 1h, found the string "59m"');
-  t.equal(parse(yaml(...UPSTREAM, 'handles:', '  ttl: 1h')).handles.ttl, 3_600_000);
+  t.equal(parse(yaml(...UPSTREAM, 'payments:', '  chargeTtl: 15m', 'handles:', '  ttl: 1h')).handles.ttl, 3_600_000);
+});
+
+t.test('handles.ttl must be longer than payments.chargeTtl: a payment must never land on an expired handle', async (t) => {
+  const equal = refusal(yaml(...UPSTREAM, 'payments:', '  chargeTtl: 2h', 'handles:', '  ttl: 2h'));
+  t.equal(equal, 'config/test.yaml:6:8 handles.ttl: expected a handles.ttl longer than payments.chargeTtl (7200000 ms) so a payment never lands on an expired handle, found the string "2h"');
+  const byDefault = refusal(yaml(...UPSTREAM, 'handles:', '  ttl: 1h'));
+  t.match(byDefault, 'handles.ttl: expected a handles.ttl longer than payments.chargeTtl (3600000 ms)', 'the default chargeTtl (60m) counts');
+  const defaultTtl = refusal(yaml(...UPSTREAM, 'payments:', '  chargeTtl: 31d'));
+  t.match(defaultTtl, 'handles.ttl: expected a handles.ttl longer than payments.chargeTtl (2678400000 ms) so a payment never lands on an expired handle, found the default 2592000000');
+  t.equal(parse(yaml(...UPSTREAM, 'payments:', '  chargeTtl: 2h', 'handles:', '  ttl: 121m')).handles.ttl, 121 * 60_000);
 });
 
 t.test('payments.chargeTtl under 15m is refused', async (t) => {
@@ -331,7 +341,7 @@ t.test('defaults are applied and publicUrl/audience are derived', async (t) => {
     x402: { facilitatorUrl: '', network: 'eip155:8453', asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913', assetDecimals: 6, currency: 'USDC', payTo: '', maxTimeoutSeconds: 120 },
   });
   t.same(config.handles, { argumentName: 'tollboothToken', ttl: 30 * 86_400_000, hashSecret: '' });
-  t.same(config.limits, { perHandle: { ratePerSecond: 2, burst: 10 }, challengesPerClient: { ratePerSecond: 0.2, burst: 5 } });
+  t.same(config.limits, { perHandle: { ratePerSecond: 2, burst: 10 }, challengesPerClient: { ratePerSecond: 0.2, burst: 5 }, newChargesPerSecond: 20 });
   t.equal(config.auth.mode, 'none');
   t.equal(config.auth.audience, 'http://127.0.0.1:8080/mcp');
   t.same(config.auth.algorithms, ['RS256', 'ES256', 'EdDSA']);

@@ -75,6 +75,7 @@ t.test('a call released at the deadline never delivers its late result: not on a
   const refused = await call.responseFor(9, 5_000);
   t.equal(refused?.result?._meta?.[REFUSAL]?.reason, 'deadline_exceeded', 'the POST is answered at the deadline');
   t.equal(await researchBalance(gateway, handle), 3, 'released');
+  for (let i = 0; i < 100 && upstream.cancellations.length === 0; i++) await sleep(20); // sent beside the refusal, not before it
   t.same(upstream.cancellations.map((c) => [c.requestId, c.sessionId]), [[9, session.sessionId]], 'the upstream was told to cancel, in its session');
 
   await sleep(1_500); // the tool (ignoring the cancellation) finishes and its result is stored for replay

@@ -123,3 +123,38 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
     'every retry got a tool result (the tool error, or a challenge while the grant was still on its way)',
   );
 });
+
+// §6.5 last rule across processes: a retry that arrives while a retry on another replica holds the
+// poll slot (is reading the provider) waits for that read instead of showing the link just paid.
+t.test('two retries on two processes right after payment both run; neither is shown the paid link', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const upstream = await startPaidUpstream('stateless-json');
+  t.teardown(() => upstream.close());
+  const moove = await startMooveFake();
+  t.teardown(() => moove.close());
+  const keyPrefix = `tbretry${randomBytes(3).toString('hex')}:`;
+  const config = redisGatewayConfig(upstream.url, { url: redis.url }, keyPrefix, {
+    payments: { provider: 'moove', moove: { apiKey: 'test-key', baseUrl: moove.url, webhookSecret: '' } },
+    skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: PACK } },
+  });
+  const [first, second] = await Promise.all([startGatewayProcess(t, config), startGatewayProcess(t, config)]);
+  const challenge = await callTool(first!.url, 'fetch_readable', { url: 'https://example.com/' });
+  if (challenge.kind !== 'challenged') throw new Error(`expected a challenge, got ${JSON.stringify(challenge)}`);
+  const [linkId] = [...moove.links.keys()];
+  await moove.pay(linkId as string, '5.00');
+  moove.readDelayMs = 600; // whichever retry reads first holds the slot for 600 ms
+
+  const retry = (url: string) => callTool(url, 'fetch_readable', { url: 'https://example.com/', tollboothToken: challenge.handle });
+  const outcomes = await Promise.all([retry(first!.url), retry(second!.url)]);
+  const reads = moove.calls.filter((call) => call.method === 'GET').length;
+  t.comment(`outcomes ${JSON.stringify(tally(outcomes))}, ${reads} provider reads, ${outcomes.map((o) => o.ms).join('/')} ms`);
+  t.same(
+    outcomes.map((o) => o.kind),
+    ['paid', 'paid'],
+    'both retries ran the tool',
+  );
+  const store = await connectStore(t, { url: redis.url }, keyPrefix);
+  t.equal(await balanceOf(store, challenge.handle), PACK - 2, 'one pack granted, two credits spent');
+  t.ok(outcomes.every((o) => o.ms < 5_000), 'the wait is bounded');
+});

@@ -245,7 +245,7 @@ export function redisGatewayConfig(upstreamUrl: string, target: RedisTarget, key
     ...base,
     store: { type: 'redis', redis: { ...target, keyPrefix } },
     handles: { hashSecret: HASH_SECRET },
-    limits: { perHandle: { ratePerSecond: 10_000, burst: 10_000 }, challengesPerClient: { ratePerSecond: 10_000, burst: 10_000 } },
+    limits: { perHandle: { ratePerSecond: 10_000, burst: 10_000 }, challengesPerClient: { ratePerSecond: 10_000, burst: 10_000 }, newChargesPerSecond: 10_000 },
     logging: { level: 'warn' },
     ...overrides,
   };

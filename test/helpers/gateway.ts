@@ -33,7 +33,7 @@ export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> 
       slow: { sku: 'research', cost: 1 },
       with_schema: { sku: 'research', cost: 1 },
     },
-    limits: { perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 } },
+    limits: { perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 }, newChargesPerSecond: 10_000 },
     logging: { level: 'info' },
     ...overrides,
   };

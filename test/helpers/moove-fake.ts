@@ -60,6 +60,7 @@ interface PendingFailure {
   remaining: number;
   spec: FailureSpec;
   method: string | undefined;
+  path: string | undefined;
 }
 
 const DESCRIPTION_MAX = 500;
@@ -73,6 +74,8 @@ export class MooveFake {
   requirePublicAuth = false;
   /** Where pay() delivers a signed webhook, when set. */
   webhookTarget: { url: string; secret: string } | null = null;
+  /** How long a link read takes to answer (Moove's latency); the link's state is taken when the request arrives. */
+  readDelayMs = 0;
   inactiveLagMs: number;
 
   readonly #server: Server;
@@ -113,11 +116,12 @@ export class MooveFake {
   }
 
   /**
-   * The next `count` requests (optionally only those with `method`) fail this way: an HTTP error with
-   * Moove's error body (no Retry-After, as Moove sends none), a dropped connection, or no answer at all.
+   * The next `count` requests (optionally only those with `method`, or to `path`, e.g. one link's
+   * `/v1/payment-link/<id>`) fail this way: an HTTP error with Moove's error body (no Retry-After, as
+   * Moove sends none), a dropped connection, or no answer at all.
    */
-  failNext(count: number, spec: FailureSpec, match: { method?: 'GET' | 'POST' } = {}): void {
-    this.#failures.push({ remaining: count, spec, method: match.method });
+  failNext(count: number, spec: FailureSpec, match: { method?: 'GET' | 'POST'; path?: string } = {}): void {
+    this.#failures.push({ remaining: count, spec, method: match.method, path: match.path });
   }
 
   /** The payer pays: the link completes with this amount (even if it had expired: money that arrived is real). */
@@ -143,6 +147,15 @@ export class MooveFake {
     if (link.status === 'active') link.status = 'inactive';
   }
 
+  /**
+   * The merchant deletes the link (dashboard): from now on a read answers 404 CANNOT_FIND_PAYMENT_LINK,
+   * as for an id Moove never issued.
+   */
+  remove(id: string): void {
+    this.#link(id);
+    this.links.delete(id);
+  }
+
   /** The request log without bodies, for compact assertions. */
   get calls(): Array<{ method: string; path: string; hadKey: boolean }> {
     return this.requests.map(({ method, path, hadKey }) => ({ method, path, hadKey }));
@@ -154,8 +167,10 @@ export class MooveFake {
     return link;
   }
 
-  #takeFailure(method: string): FailureSpec | null {
-    const pending = this.#failures.find((failure) => failure.remaining > 0 && (failure.method === undefined || failure.method === method));
+  #takeFailure(method: string, path: string): FailureSpec | null {
+    const pending = this.#failures.find(
+      (failure) => failure.remaining > 0 && (failure.method === undefined || failure.method === method) && (failure.path === undefined || failure.path === path),
+    );
     if (!pending) return null;
     pending.remaining -= 1;
     if (pending.remaining === 0) this.#failures.splice(this.#failures.indexOf(pending), 1);
@@ -177,7 +192,7 @@ export class MooveFake {
     const entry: FakeRequest = { method, path, hadKey: key !== null, body, at: Date.now(), answer: 0 };
     this.requests.push(entry);
 
-    const failure = this.#takeFailure(method);
+    const failure = this.#takeFailure(method, path);
     if (failure === 'drop') {
       entry.answer = 'drop';
       req.socket.destroy();
@@ -201,6 +216,7 @@ export class MooveFake {
 
     const answer = this.#route(method, path, key, body, raw.length > 0);
     entry.answer = answer.status;
+    if (method === 'GET' && this.readDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.readDelayMs));
     reply(res, answer.status, answer.body);
   }
 

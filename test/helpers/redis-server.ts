@@ -21,6 +21,10 @@ export interface RedisServer {
 export interface RedisCluster {
   seeds: string[];
   ports: number[];
+  /** One master per port (same order): signal it, or start it again on its port and data dir (it rejoins with its slots). */
+  nodes: { port: number; kill(signal: NodeJS.Signals): void; restart(): Promise<void> }[];
+  /** Resolves once every node says cluster_state:ok again (after a node was stopped or restarted). */
+  waitHealthy(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -57,13 +61,14 @@ export async function startRedis(options: StartRedisOptions = {}): Promise<Redis
   };
 }
 
-export async function startRedisCluster(): Promise<RedisCluster> {
-  const nodes: { child: ChildProcess; dir: string; port: number }[] = [];
+export async function startRedisCluster(options: StartRedisOptions = {}): Promise<RedisCluster> {
+  const nodes: { child: ChildProcess; dir: string; port: number; args: string[] }[] = [];
+  const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
   for (let i = 0; i < 3; i++) {
     const dir = mkdtempSync(join(tmpdir(), 'tb-redis-cluster-'));
     const port = await freePort(true);
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--loglevel', 'warning'];
-    nodes.push({ child: await launch(args, port), dir, port });
+    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--loglevel', 'warning'];
+    nodes.push({ child: await launch(args, port), dir, port, args });
   }
   const ports = nodes.map((n) => n.port);
   const created = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8', timeout: 20_000 });
@@ -71,9 +76,20 @@ export async function startRedisCluster(): Promise<RedisCluster> {
   await waitFor(async () => ports.every((p) => /cluster_state:ok/.test(cli(p, 'cluster', 'info'))), 'cluster_state:ok on every node');
   // Every node must also agree that all 16384 slots are served before the first command is routed.
   await waitFor(async () => ports.every((p) => /cluster_slots_ok:16384/.test(cli(p, 'cluster', 'info'))), 'all slots ok');
+  const healthy = (timeoutMs = 15_000): Promise<void> =>
+    waitFor(async () => ports.every((p) => /cluster_state:ok/.test(cli(p, 'cluster', 'info'))), 'cluster_state:ok on every node', timeoutMs);
   return {
     seeds: ports.map((p) => `redis://127.0.0.1:${p}`),
     ports,
+    nodes: nodes.map((node) => ({
+      port: node.port,
+      kill: (signal: NodeJS.Signals) => void node.child.kill(signal),
+      async restart() {
+        await terminate(node.child);
+        node.child = await launch(node.args, node.port);
+      },
+    })),
+    waitHealthy: healthy,
     async stop() {
       await Promise.all(nodes.map((n) => terminate(n.child)));
       for (const n of nodes) rmSync(n.dir, { recursive: true, force: true });

@@ -131,6 +131,20 @@ t.test('pay on Moove, then the retry runs the tool and spends one credit', async
   t.equal(reads(r.fake), 1, 'the retry read the link once');
 });
 
+t.test('two concurrent retries after payment both run: the one without the poll slot waits for the other\'s read (§6.5)', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const challenge = challengeOf(await r.call());
+  await r.fake.pay(linkIdOf(challenge.checkoutUrl), '5.00');
+  r.fake.readDelayMs = 400; // Moove answers slowly: the second retry arrives while the first is reading
+  const [a, b] = await Promise.all([r.call(challenge.retry.value), r.call(challenge.retry.value)]);
+  for (const result of [a, b]) {
+    t.equal(result._meta?.['xyz.tollbooth/challenge'], undefined, 'no challenge: the link was just paid');
+    t.not(result.isError, true, 'the tool ran');
+  }
+  t.equal(await r.balance(challenge.retry.value), 1, 'one pack of 3 granted, two credits spent');
+  t.equal(reads(r.fake), 1, 'one provider read served both');
+});
+
 t.test('a retry before paying is challenged again with the same link, and opens no second link', async (t) => {
   const r = await rig(t);
   const first = challengeOf(await r.call());
@@ -169,6 +183,21 @@ t.test('webhook: duplicate and out-of-order deliveries are acknowledged and gran
   await new Promise((resolve) => setTimeout(resolve, 100)); // let every trigger finish
   t.equal(await r.balance(challenge.retry.value), 3, 'one pack, not three');
   t.equal(r.gateway.logs().filter((line) => line.evt === 'settlement').length, 1, 'one settlement');
+});
+
+t.test('webhook: a replayed signed delivery (same moove-event-id) is acknowledged and triggers no provider read', async (t) => {
+  const r = await rig(t);
+  const challenge = challengeOf(await r.call());
+  const linkId = linkIdOf(challenge.checkoutUrl);
+  const payload = { id: 'evt_replayed', type: 'payment_link.completed', data: { id: linkId, paymentLinkId: linkId, status: 'completed', receivedAmount: '5' } };
+  t.equal((await sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_replayed' })).status, 200);
+  await until(() => reads(r.fake) === 1, 'the first delivery re-reads the link');
+  const replays = await Promise.all(Array.from({ length: 5 }, () => sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_replayed' })));
+  t.same(replays.map((d) => d.status), [200, 200, 200, 200, 200], 'every replay is acknowledged');
+  await new Promise((resolve) => setTimeout(resolve, 200)); // let any trigger run
+  t.equal(reads(r.fake), 1, 'no replay reached Moove');
+  t.equal((await sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_next' })).status, 200);
+  await until(() => reads(r.fake) === 2, 'a new event id re-reads the link');
 });
 
 t.test('webhook: a delivery about a link the gateway never opened is acknowledged and changes nothing', async (t) => {
@@ -271,6 +300,78 @@ t.test('late payment: after the reconciler abandoned the charge, polling only, t
   t.not(paid.isError, true, 'the money that arrived is not ignored');
   t.same(paid._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 });
   t.equal((await r.gateway.store.listCharges('settled')).length, 1);
+});
+
+t.test('dead link: a link Moove reports inactive before chargeTtl is never shown again; a late payment on it is still granted', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.fake.expire(linkIdOf(first.checkoutUrl)); // inactive long before our chargeTtl
+  r.travel(3_000);
+  const second = challengeOf(await r.call(first.retry.value));
+  t.equal(second.reason, 'payment_required');
+  t.not(second.checkoutUrl, first.checkoutUrl, 'a new link, not the dead one');
+  t.equal(second.retry.value, first.retry.value, 'the same handle');
+  r.travel(3_000);
+  t.equal(challengeOf(await r.call(first.retry.value)).checkoutUrl, second.checkoutUrl, 'and the new link is the one shown from now on');
+  t.equal(creates(r.fake), 2);
+
+  await r.fake.pay(linkIdOf(first.checkoutUrl), '5.00'); // the payer still managed to pay the old one
+  r.travel(3_000);
+  const paid = await r.call(first.retry.value);
+  t.not(paid.isError, true, 'the late payment on the dead link is granted');
+  t.same(paid._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 });
+  t.equal(creates(r.fake), 2, 'no third link');
+});
+
+t.test('dead link: a link Moove answers 404 for before chargeTtl is abandoned and the next challenge opens a new link', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.fake.remove(linkIdOf(first.checkoutUrl));
+  r.travel(3_000);
+  const second = challengeOf(await r.call(first.retry.value));
+  t.equal(second.reason, 'payment_required');
+  t.not(second.checkoutUrl, first.checkoutUrl, 'a new link');
+  t.equal((await r.gateway.store.listCharges('abandoned')).length, 1, 'the dead charge is abandoned');
+});
+
+t.test('unreadable: past its TTL, a charge Moove will not answer for gives way to a new link, not payments_unavailable', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.fake.failNext(100_000, { status: 503 }, { method: 'GET', path: `/v1/payment-link/${linkIdOf(first.checkoutUrl)}` });
+  r.travel(CHARGE_TTL);
+  const second = await r.call(first.retry.value);
+  t.equal(refusalOf(second), undefined, 'not refused');
+  const challenge = challengeOf(second);
+  t.not(challenge.checkoutUrl, first.checkoutUrl, 'a new link');
+  t.ok(Date.parse(challenge.expiresAt) > r.gateway.config.payments.chargeTtl + Date.parse(first.expiresAt) - CHARGE_TTL, 'with a later expiry');
+  r.travel(3_000);
+  t.equal(challengeOf(await r.call(first.retry.value)).checkoutUrl, challenge.checkoutUrl, 'the next retry shows the new link again, no flapping');
+});
+
+t.test('late payment: polling only, a payment on an older abandoned charge of the handle is granted by the reconciler', async (t) => {
+  const r = await rig(t, { webhookSecret: '' });
+  const first = challengeOf(await r.call());
+  r.travel(CHARGE_TTL + MINUTE);
+  await r.gateway.reconciler.tick();
+  const second = challengeOf(await r.call(first.retry.value));
+  t.not(second.checkoutUrl, first.checkoutUrl);
+  r.travel(CHARGE_TTL + MINUTE);
+  await r.gateway.reconciler.tick();
+  t.equal((await r.gateway.store.listCharges('abandoned')).length, 2, 'two abandoned charges on one handle');
+
+  await r.fake.pay(linkIdOf(first.checkoutUrl), '5.00'); // the older one, not the handle's last charge
+  for (let hour = 0; hour < 3 && (await r.balance(first.retry.value)) === 0; hour++) {
+    r.travel(60 * MINUTE);
+    await r.gateway.reconciler.tick();
+  }
+  t.equal(await r.balance(first.retry.value), 3, 'granted within the 1 h cap of the slow backoff');
+  for (let i = 0; i < 3; i++) {
+    r.travel(60 * MINUTE);
+    await r.gateway.reconciler.tick();
+  }
+  t.equal(await r.balance(first.retry.value), 3, 'exactly once');
+  const paid = await r.call(first.retry.value);
+  t.same(paid._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 });
 });
 
 t.test('account not ready (409): refused payments_unavailable, never retried, one operator line over several calls', async (t) => {

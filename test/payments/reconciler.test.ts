@@ -7,7 +7,7 @@ import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics, type Metrics } from '../../src/observability/metrics.js';
 import { MooveProvider } from '../../src/payments/moove.js';
 import { Reconciler, type TickReport } from '../../src/payments/reconciler.js';
-import { Settler } from '../../src/payments/settle.js';
+import { FINAL_LOOK_MS, Settler } from '../../src/payments/settle.js';
 import { mintNonce } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { ChargeRecord } from '../../src/store/store.js';
@@ -18,6 +18,7 @@ type Tap = Pick<typeof t, 'teardown'>;
 const SECOND = 1_000;
 const MINUTE = 60 * SECOND;
 const CHARGE_TTL = 60 * MINUTE;
+const HOUR_MS = 60 * MINUTE;
 const PACK = { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: 250, tool: 'fetch_readable' };
 
 interface Harness {
@@ -303,4 +304,125 @@ t.test('reservations: one whose call never concluded is released after callDeadl
   t.equal((await h.store.getHandle(charge.handleHash))?.balances.research, 2, 'its credit is back');
   t.ok(h.logs().some((line) => line.evt === 'reservations_released' && line.count === 1), 'an operator line with the count');
   t.equal(await h.store.commit(charge.handleHash, 'live-call'), 2, 'the live call still commits');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Late payments, dead links and unreadable charges (§7.2, §7.6, revision 2)
+
+const DAY = 24 * 60 * MINUTE;
+const RETENTION = 7 * DAY;
+
+/** Runs the reconciler at every due time of one charge until `until` (or the charge leaves the schedule); returns the poll times. */
+async function pollUntil(h: Harness, charge: ChargeRecord, until: number): Promise<number[]> {
+  const times: number[] = [];
+  for (;;) {
+    const current = await h.store.getCharge(charge.handleHash, charge.nonce);
+    if (!current || current.nextPollAt > until || (current.status !== 'pending' && current.status !== 'abandoned')) return times;
+    h.setTime(Math.max(h.now(), current.nextPollAt));
+    const before = h.reads();
+    await h.reconciler.tick();
+    if (h.reads() === before) return times; // due but not polled: the reconciler no longer looks at it
+    times.push(h.now());
+  }
+}
+
+t.test('late payments: an abandoned charge keeps being polled, on a backoff capped at 1 h, and a late payment is granted', async (t) => {
+  const h = await harness(t);
+  const charge = await h.openCharge();
+  h.setTime(charge.expiresAt + SECOND);
+  await h.reconciler.tick();
+  t.equal(await statusOf(h, charge), 'abandoned');
+  const polls = await pollUntil(h, charge, charge.expiresAt + 3 * DAY);
+  const gaps = polls.slice(1).map((at, i) => at - (polls[i] as number));
+  t.ok(polls.length > 10, `polled ${polls.length} times over three days`);
+  t.ok(gaps.every((gap) => gap >= MINUTE && gap <= HOUR_MS), 'every gap is between 1 min and 1 h');
+  t.ok(gaps.slice(0, 5).every((gap, i) => i === 0 || gap > (gaps[i - 1] as number)), 'the first gaps grow');
+  t.equal(Math.max(...gaps), HOUR_MS, 'capped at 1 h');
+  await h.fake.pay(linkOf(charge), '5.00');
+  h.setTime((await h.store.getCharge(charge.handleHash, charge.nonce))!.nextPollAt);
+  t.equal((await h.reconciler.tick()).granted, 1, 'the late payment is granted, without any retry or webhook');
+  t.equal((await h.store.getHandle(charge.handleHash))?.balances.research, 250);
+  t.equal(await statusOf(h, charge), 'settled');
+});
+
+t.test('late payments: a payment on an older abandoned charge of a handle is granted, exactly once', async (t) => {
+  const h = await harness(t);
+  const older = await h.openCharge();
+  h.setTime(older.expiresAt + SECOND);
+  await h.reconciler.tick();
+  // A second charge on the same handle, abandoned too: it is the handle's last charge.
+  const begun = await h.store.beginCharge({ handleHash: older.handleHash, sku: 'research', nonce: mintNonce(), snapshot: PACK, now: h.now(), ttlMs: CHARGE_TTL, firstPollDelayMs: 3 * SECOND });
+  const link = await h.provider.openCharge({ nonce: begun.charge.nonce, sku: 'research', ...PACK, expiresAt: begun.charge.expiresAt });
+  const newer = (await h.store.attachLink(older.handleHash, begun.charge.nonce, link))!;
+  h.setTime(newer.expiresAt + SECOND);
+  await h.reconciler.tick();
+  t.same([await statusOf(h, older), await statusOf(h, newer)], ['abandoned', 'abandoned']);
+
+  await h.fake.pay(linkOf(older), '5.00');
+  const grants = [];
+  for (let i = 0; i < 30; i++) {
+    h.travel(HOUR_MS);
+    grants.push((await h.reconciler.tick()).granted);
+  }
+  t.equal(grants.reduce((a, b) => a + b, 0), 1, 'granted once');
+  t.equal((await h.store.getHandle(older.handleHash))?.balances.research, 250);
+  t.same([await statusOf(h, older), await statusOf(h, newer)], ['settled', 'abandoned']);
+});
+
+t.test('late payments: polling stops at the end of the retention window; an unreadable charge is then marked expired', async (t) => {
+  const h = await harness(t);
+  const readable = await h.openCharge();
+  const unreadable = await h.openCharge();
+  h.fake.remove(linkOf(unreadable)); // Moove no longer knows the link: 404 on every read
+  h.setTime(readable.expiresAt + SECOND);
+  await h.reconciler.tick();
+  t.same([await statusOf(h, readable), await statusOf(h, unreadable)], ['abandoned', 'abandoned']);
+  const insideRetention = readable.expiresAt + RETENTION - 1;
+  const readablePolls = await pollUntil(h, readable, insideRetention);
+  await pollUntil(h, unreadable, insideRetention); // polled in the same passes: both were opened at once
+  t.ok(readablePolls.length > 150 && readablePolls.length < 250, `polled ${readablePolls.length} times over the retention window`);
+  t.ok((readablePolls.at(-1) as number) >= readable.expiresAt + RETENTION - FINAL_LOOK_MS, 'the last look is in the last hour of the retention window');
+  t.equal(await statusOf(h, readable), 'abandoned', 'a readable, unpaid charge just ends');
+  t.equal(await statusOf(h, unreadable), 'expired', 'one never readable is marked expired');
+  t.same((await h.store.listCharges('expired')).map((c) => c.nonce), [unreadable.nonce], 'listed for the operator');
+  h.setTime(readable.expiresAt + RETENTION + DAY);
+  const reads = h.reads();
+  await h.reconciler.tick();
+  t.equal(h.reads(), reads, 'nothing is polled after the retention window');
+  t.same((await h.store.listCharges('expired')).map((c) => c.nonce), [unreadable.nonce], 'the expired charge is still listed a day later');
+  t.ok(h.logs().some((line) => line.evt === 'charge_expired'), 'an operator line says a charge was never readable');
+});
+
+t.test('unreadable: a pending charge whose provider read keeps failing is abandoned once past its TTL, then marked expired', async (t) => {
+  const h = await harness(t);
+  const charge = await h.openCharge();
+  h.fake.failNext(100_000, { status: 500 }, { method: 'GET' });
+  h.travel(3 * SECOND);
+  await h.reconciler.tick();
+  t.equal(await statusOf(h, charge), 'pending', 'inside its TTL a failing read changes nothing');
+  h.setTime(charge.expiresAt + SECOND);
+  await pollUntil(h, charge, charge.expiresAt + 2 * MINUTE);
+  t.equal(await statusOf(h, charge), 'abandoned', 'past its TTL it is abandoned though the provider cannot be read');
+  await pollUntil(h, charge, charge.expiresAt + RETENTION);
+  t.equal(await statusOf(h, charge), 'expired', 'still unreadable at the end of the retention window: expired');
+});
+
+t.test('dead link: a link Moove reports inactive before our TTL is abandoned at once', async (t) => {
+  const h = await harness(t);
+  const charge = await h.openCharge();
+  h.fake.expire(linkOf(charge));
+  h.travel(3 * SECOND);
+  t.equal((await h.reconciler.tick()).abandoned, 1);
+  t.equal(await statusOf(h, charge), 'abandoned');
+  t.ok(charge.expiresAt > h.now() + 50 * MINUTE, 'long before its TTL');
+  t.equal(await h.store.countPendingCharges(), 0, 'no longer pending');
+});
+
+t.test('dead link: a link Moove answers 404 for before our TTL is abandoned at once', async (t) => {
+  const h = await harness(t);
+  const charge = await h.openCharge();
+  h.fake.remove(linkOf(charge));
+  h.travel(3 * SECOND);
+  t.equal((await h.reconciler.tick()).abandoned, 1);
+  t.equal(await statusOf(h, charge), 'abandoned');
 });

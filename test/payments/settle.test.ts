@@ -140,7 +140,7 @@ t.test('settlement: an underpaid charge is final: a later full reading grants no
 t.test('settlement: a payment that completes after the charge was abandoned is still granted', async (t) => {
   const { store, settler } = harness();
   const charge = await pendingCharge(store);
-  t.ok(await store.abandonCharge(charge.handleHash, charge.nonce), 'abandoned');
+  t.ok(await store.abandonCharge(charge.handleHash, charge.nonce, charge.expiresAt + 60_000), 'abandoned');
   t.equal(await settler.apply({ ...charge, status: 'abandoned' }, completed('5.00')), 'granted');
   t.equal(await balanceOf(store, charge), 250);
   t.equal((await store.getCharge(charge.handleHash, charge.nonce))?.status, 'settled');
@@ -239,4 +239,66 @@ t.test('negative control: the same race on a check-then-grant store grants more 
   await race(h, charge, provider);
 
   t.ok((await balanceOf(h.store, charge)) > 250, 'more than one pack granted: the race test can detect a broken store');
+});
+
+// ---------------------------------------------------------------------------------------------
+// §6.5 last rule: a retry that finds another replica reading the provider waits for that read.
+
+/** A provider whose reads answer `reading` after `delayMs`, counting them. */
+function slowProvider(reading: ChargeReading, delayMs: number): PaymentProvider & { reads: number } {
+  const provider = {
+    name: 'moove' as const,
+    reads: 0,
+    openCharge: unusedProvider.openCharge,
+    readCharge: async () => {
+      provider.reads++;
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      return reading;
+    },
+  };
+  return provider;
+}
+
+t.test('waiting: a retry on another replica sees the grant of the read under way instead of skipping', async (t) => {
+  const store = new MemoryStore();
+  const charge = await pendingCharge(store);
+  const reader = slowProvider(completed('5.00'), 400);
+  const waiterProvider = slowProvider(completed('5.00'), 0);
+  const replicaA = harness(store, reader).settler;
+  const replicaB = harness(store, waiterProvider).settler;
+  const first = replicaA.observe(charge, { awaitOtherRead: true });
+  await new Promise((resolve) => setTimeout(resolve, 50)); // A holds the slot and is reading
+  const started = performance.now();
+  t.equal(await replicaB.observe(charge, { awaitOtherRead: true }), 'already_settled', 'B sees the outcome of A\'s read');
+  t.ok(performance.now() - started < 1_500, 'and did not wait out the whole floor');
+  t.equal(await first, 'granted');
+  t.same([reader.reads, waiterProvider.reads], [1, 0], 'one provider read in all');
+  t.equal(await balanceOf(store, charge), 250, 'granted once');
+});
+
+t.test('waiting: the wait for another replica\'s read is bounded by the poll floor', async (t) => {
+  const store = new MemoryStore();
+  const charge = await pendingCharge(store);
+  const hung = slowProvider(completed('5.00'), 4_000);
+  const fresh = slowProvider({ status: 'active', receivedAmount: null }, 0);
+  const first = harness(store, hung).settler.observe(charge);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const started = performance.now();
+  const observation = await harness(store, fresh).settler.observe(charge, { awaitOtherRead: true });
+  const waited = performance.now() - started;
+  t.ok(waited >= 1_800 && waited < 3_000, `waited ${Math.round(waited)} ms: about the 2 s floor, not the 4 s read`);
+  t.equal(observation, 'still_pending', 'then read the link itself');
+  t.equal(fresh.reads, 1);
+  await first;
+});
+
+t.test('waiting: in one process a second observer joins the read under way (no store polling, no second read)', async (t) => {
+  const store = new MemoryStore();
+  const charge = await pendingCharge(store);
+  const provider = slowProvider(completed('5.00'), 200);
+  const { settler } = harness(store, provider);
+  const results = await Promise.all([settler.observe(charge, { awaitOtherRead: true }), settler.observe(charge, { awaitOtherRead: true }), settler.observe(charge)]);
+  t.same(results.sort(), ['already_settled', 'already_settled', 'granted']);
+  t.equal(provider.reads, 1);
+  t.equal(await balanceOf(store, charge), 250);
 });

@@ -68,6 +68,7 @@ function rig(options: { perHandle?: { ratePerSecond: number; burst: number }; ch
       callDeadlineMs: 20_000,
       perHandle: options.perHandle ?? { ratePerSecond: 100, burst: 100 },
       challengesPerClient: options.challengesPerClient ?? { ratePerSecond: 100, burst: 100 },
+      newChargesPerSecond: 10_000,
     },
     store: used,
     provider,

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
 import {
   HANDLE_TTL_FLOOR_MS,
+  RETENTION_MS,
   type BeginChargeResult,
   type ChargeRecord,
   type OpenChargeRequest,
@@ -235,6 +236,13 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     f.clock.advance(HOUR);
     t.same(await f.store.findHandlesByFingerprint('tb_s_abcd..wxyz'), [b], 'expired handles are not listed');
     t.same(await f.store.findHandlesByFingerprint('tb_s_none..0000'), []);
+  });
+
+  behaviour('findHandlesByFingerprint finds every live handle with that fingerprint, wherever it is stored', async (f, t) => {
+    const shared = 'tb_s_many..same';
+    const hashes = await Promise.all(Array.from({ length: 40 }, () => f.handle({ fingerprint: shared })));
+    await Promise.all(Array.from({ length: 10 }, () => f.handle()));
+    t.same((await f.store.findHandlesByFingerprint(shared)).sort(), hashes.sort(), '40 handles spread over every slot (and Cluster node)');
   });
 
   // ── reserve: the order of decisions (§6.2 steps 3–6) ─────────────────────────────────────────────
@@ -637,7 +645,7 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     const handleHash = await f.handle();
     const charge = await f.pendingCharge(handleHash);
     f.clock.advance(CHARGE_TTL + 1);
-    t.equal(await f.store.abandonCharge(handleHash, charge.nonce), true);
+    t.equal(await f.store.abandonCharge(handleHash, charge.nonce, f.clock.now() + 60_000), true);
     const result = await f.settle(handleHash, charge, 10);
     t.match(result, { claimed: true, balance: 10, charge: { status: 'settled', grantedCredits: 10 } });
     t.equal((await f.settle(handleHash, charge, 10)).claimed, false, 'and only once');
@@ -682,10 +690,11 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     const underpaid = await f.pendingCharge(handleHash, { sku: OTHER_SKU });
     await f.settle(handleHash, underpaid, 0, 'underpaid');
     const opening = await f.begin(handleHash);
-    t.equal(await f.store.abandonCharge(handleHash, settled.nonce), false);
-    t.equal(await f.store.abandonCharge(handleHash, underpaid.nonce), false);
-    t.equal(await f.store.abandonCharge(handleHash, opening.charge.nonce), false);
-    t.equal(await f.store.abandonCharge(handleHash, 'n-unknown'), false);
+    const later = f.clock.now() + 60_000;
+    t.equal(await f.store.abandonCharge(handleHash, settled.nonce, later), false);
+    t.equal(await f.store.abandonCharge(handleHash, underpaid.nonce, later), false);
+    t.equal(await f.store.abandonCharge(handleHash, opening.charge.nonce, later), false);
+    t.equal(await f.store.abandonCharge(handleHash, 'n-unknown', later), false);
     t.equal((await f.store.getCharge(handleHash, settled.nonce))?.status, 'settled');
     t.equal((await f.store.getCharge(handleHash, underpaid.nonce))?.status, 'underpaid');
     t.equal((await f.store.getCharge(handleHash, opening.charge.nonce))?.status, 'opening');
@@ -694,12 +703,67 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
   behaviour('an abandoned charge stops being pending and becomes lastCharge', async (f, t) => {
     const handleHash = await f.handle();
     const charge = await f.pendingCharge(handleHash);
-    t.equal(await f.store.abandonCharge(handleHash, charge.nonce), true);
-    t.equal(await f.store.abandonCharge(handleHash, charge.nonce), false, 'only once');
+    const nextPollAt = charge.expiresAt + 60_000;
+    t.equal(await f.store.abandonCharge(handleHash, charge.nonce, nextPollAt), true);
+    t.equal(await f.store.abandonCharge(handleHash, charge.nonce, nextPollAt), false, 'only once');
     t.match(await f.spend(handleHash), { kind: 'insufficient', pending: null, lastCharge: { nonce: charge.nonce, status: 'abandoned' } });
-    t.same(await f.store.dueCharges(charge.expiresAt + 1, 100), []);
     t.equal(await f.store.countPendingCharges(), 0);
     t.equal((await f.begin(handleHash)).kind, 'begun');
+  });
+
+  behaviour('an abandoned charge stays due for the reconciler at the time it was given (§7.6 late payments)', async (f, t) => {
+    const handleHash = await f.handle({ ttlMs: 30 * 24 * HOUR });
+    const charge = await f.pendingCharge(handleHash);
+    const nextPollAt = charge.expiresAt + 60_000;
+    await f.store.abandonCharge(handleHash, charge.nonce, nextPollAt);
+    t.same(await f.store.dueCharges(nextPollAt - 1, 100), [], 'not before its time');
+    t.match(await f.store.dueCharges(nextPollAt, 100), [{ nonce: charge.nonce, status: 'abandoned', nextPollAt }]);
+    t.equal(await f.store.takePollSlot(handleHash, charge.nonce, nextPollAt, 2_000, nextPollAt + HOUR), true, 'a poll reschedules it');
+    t.same(await f.store.dueCharges(nextPollAt + HOUR - 1, 100), []);
+    t.match(await f.store.dueCharges(nextPollAt + HOUR, 100), [{ nonce: charge.nonce, status: 'abandoned' }]);
+    t.match(await f.settle(handleHash, charge, 10), { claimed: true, balance: 10 });
+    t.same(await f.store.dueCharges(nextPollAt + 2 * HOUR, 100), [], 'a claimed charge is no longer due');
+  });
+
+  behaviour('every abandoned charge of a handle stays due, not only the last one', async (f, t) => {
+    const handleHash = await f.handle({ ttlMs: 30 * 24 * HOUR });
+    const older = await f.pendingCharge(handleHash);
+    await f.store.abandonCharge(handleHash, older.nonce, older.expiresAt + 60_000);
+    const newer = await f.pendingCharge(handleHash);
+    await f.store.abandonCharge(handleHash, newer.nonce, newer.expiresAt + 60_000);
+    t.match(await f.spend(handleHash), { lastCharge: { nonce: newer.nonce } });
+    const due = (await f.store.dueCharges(newer.expiresAt + 60_000, 100)).map((charge) => charge.nonce).sort();
+    t.same(due, [older.nonce, newer.nonce].sort());
+    t.match(await f.settle(handleHash, older, 10), { claimed: true, balance: 10 }, 'a late payment on the older one is granted');
+  });
+
+  behaviour('expireCharge marks a pending or abandoned charge expired, for the operator, and it leaves the due index', async (f, t) => {
+    const handleHash = await f.handle({ ttlMs: 30 * 24 * HOUR });
+    const abandoned = await f.pendingCharge(handleHash, { sku: 'a' });
+    await f.store.abandonCharge(handleHash, abandoned.nonce, abandoned.expiresAt + 60_000);
+    const pending = await f.pendingCharge(handleHash, { sku: 'b' });
+    const settled = await f.pendingCharge(handleHash, { sku: 'c' });
+    await f.settle(handleHash, settled, 1);
+    // The reconciler gives up in the last hour of the retention window.
+    f.clock.advance(abandoned.expiresAt + RETENTION_MS - HOUR / 2 - f.clock.now());
+    const markedAt = f.clock.now();
+    t.equal(await f.store.expireCharge(handleHash, abandoned.nonce, markedAt), true);
+    t.equal(await f.store.expireCharge(handleHash, pending.nonce, markedAt), true);
+    t.equal(await f.store.expireCharge(handleHash, settled.nonce, markedAt), false, 'a settled charge stays settled');
+    t.equal(await f.store.expireCharge(handleHash, abandoned.nonce, markedAt), false, 'only once');
+    t.match(await f.store.getCharge(handleHash, abandoned.nonce), { status: 'expired', expiredAt: markedAt });
+    t.same((await f.store.listCharges('expired')).map((charge) => charge.nonce).sort(), [abandoned.nonce, pending.nonce].sort());
+    t.same(await f.store.dueCharges(markedAt + HOUR, 100), [], 'no longer polled');
+    t.equal(await f.store.countPendingCharges(), 0);
+    t.match(await f.spend(handleHash, { sku: 'b' }), { kind: 'insufficient', pending: null }, 'an expired charge is never shown as a link');
+    f.clock.advance(RETENTION_MS - HOUR);
+    t.same((await f.store.listCharges('expired')).map((charge) => charge.nonce).sort(), [abandoned.nonce, pending.nonce].sort(), 'kept a retention window from when it was marked');
+    t.equal(await f.store.getCharge(handleHash, settled.nonce), null, 'while the settled one has ended');
+    t.equal((await f.store.findChargeByRef(pending.providerRef ?? ''))?.status, 'expired', 'still found by its link');
+    t.match(await f.settle(handleHash, pending, 10), { claimed: true, balance: 10, charge: { status: 'settled' } }, 'money that arrives on it is still granted');
+    t.equal((await f.store.getCharge(handleHash, pending.nonce))?.status, 'settled', 'and the record stays for the operator');
+    f.clock.advance(HOUR);
+    t.same(await f.store.listCharges(), [], 'all gone a retention window after the mark');
   });
 
   // ── reconciler views ───────────────────────────────────────────────────────────────────────────
@@ -725,7 +789,7 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     const settled = await f.pendingCharge(handleHash, { sku: 'a' });
     await f.settle(handleHash, settled, 1);
     const abandoned = await f.pendingCharge(handleHash, { sku: 'b' });
-    await f.store.abandonCharge(handleHash, abandoned.nonce);
+    await f.store.abandonCharge(handleHash, abandoned.nonce, abandoned.expiresAt);
     const pending = await f.pendingCharge(handleHash, { sku: 'c' });
     const opening = await f.begin(handleHash, { sku: 'd' });
     const nonces = async (status?: Parameters<Store['listCharges']>[0]) => (await f.store.listCharges(status)).map((charge) => charge.nonce).sort();
@@ -783,6 +847,24 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
 
   behaviour('concurrent lease requests from different owners grant one', async (f, t) => {
     const results = await Promise.all(Array.from({ length: 10 }, (_, i) => f.store.acquireLease('reconciler', `gw-${i}`, 10_000)));
+    t.equal(results.filter(Boolean).length, 1);
+  });
+
+  // ── provider events (webhook replay, §20) ─────────────────────────────────────────────────────
+
+  behaviour('claimEvent is true once per source and id while remembered, then free again', async (f, t) => {
+    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), true, 'first delivery');
+    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), false, 'a replay');
+    t.equal(await f.store.claimEvent('moove', 'evt_2', 300), true, 'another event');
+    t.equal(await f.store.claimEvent('other', 'evt_1', 300), true, 'another source');
+    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', 300), true, 'any printable id');
+    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', 300), false);
+    await f.passTime(400);
+    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), true, 'forgotten after its time');
+  });
+
+  behaviour('concurrent claims of one event grant one', async (f, t) => {
+    const results = await Promise.all(Array.from({ length: 20 }, () => f.store.claimEvent('moove', 'evt_race', 60_000)));
     t.equal(results.filter(Boolean).length, 1);
   });
 

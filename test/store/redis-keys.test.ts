@@ -4,6 +4,7 @@
 import t, { type Test } from 'tap';
 import { Redis } from 'ioredis';
 import { createLogger } from '../../src/observability/logger.js';
+import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
 import type { GatewayConfig } from '../../src/config/schema.js';
 import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
@@ -40,7 +41,10 @@ async function exerciseEveryOperation(store: RedisStore): Promise<void> {
   await store.claimSettlement({ handleHash: 'bb22', nonce: 'n-settled', outcome: 'settled', credits: 10, receivedAmount: '5.00' });
   await open('abandoned', 'n-abandoned');
   await store.attachLink('bb22', 'n-abandoned', { providerRef: 'ref-abandoned', checkoutUrl: 'https://pay.test/abandoned' });
-  await store.abandonCharge('bb22', 'n-abandoned');
+  await store.abandonCharge('bb22', 'n-abandoned', now + HOUR + 60_000);
+  await open('expired', 'n-expired');
+  await store.attachLink('bb22', 'n-expired', { providerRef: 'ref-expired', checkoutUrl: 'https://pay.test/expired' });
+  await store.expireCharge('bb22', 'n-expired');
   await open('aborted', 'n-aborted');
   await store.abortCharge('bb22', 'n-aborted');
   await open('pending', 'n-pending');
@@ -54,10 +58,14 @@ async function exerciseEveryOperation(store: RedisStore): Promise<void> {
 
   await store.takeChallengeToken('203.0.113.7', { ratePerSecond: 0.2, burst: 5 });
   await store.acquireLease('reconciler', 'gw-1', 60_000);
+  await store.claimEvent('moove', 'evt_{1}', 60_000);
   await store.putDevLink({ id: 'dev-1', label: 'Research', amount: '5.00', currency: 'USD', credits: 10, expiresAt: now + HOUR, status: 'active', receivedAmount: null });
   await store.payDevLink('dev-1', '5.00');
   await store.getDevLink('dev-1');
   await store.ping();
+  // priced-request registry (SPEC §6.5): one hash per upstream session hash
+  await store.registerPricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, { state: 'in_flight', handleHash: 'aa11', reservationId: 'r-pr', tool: 'fetch_readable', sku: 'research', cost: 1, charge: 'success', deadline: now + 20_000, remaining: null, fingerprint: null, startedAt: now }, HOUR);
+  await store.concludePricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, 'committed', 2);
 }
 
 async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number }[]> {
@@ -76,7 +84,7 @@ async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number
   return found;
 }
 
-async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: number[]): Promise<void> {
+async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: number[], clustered: boolean): Promise<void> {
   const store = await RedisStore.connect(storeConfig, { logger });
   await exerciseEveryOperation(store);
   await store.close();
@@ -92,9 +100,19 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
     [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`],
     'every key of a handle carries its hash tag',
   );
-  for (const kind of ['{reservations}', '{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{fp:tb_s_aaaa..1111}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}']) {
+  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}']) {
     t.ok(keys.some(({ key }) => key === PREFIX + kind), `${kind} key present`);
   }
+  t.ok(keys.some(({ key }) => /^tbkeys:\{ev:[0-9a-f]{64}\}$/.test(key)), 'a claimed event is one key named by a digest of its id');
+  // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
+  // handle's fingerprint lives outside the handle's tag.
+  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+)\}$/;
+  const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges)?$/;
+  for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key), `${key} is a handle key or a known global key`);
+  t.notOk(keys.some(({ key }) => key.includes('tb_s_')), 'no key is named by a fingerprint');
+  // The reservation index: one zset standalone; in Cluster one shard per slot, in the handle's slot.
+  const open = keys.filter(({ key }) => key === `${PREFIX}{reservations}` || /^tbkeys:\{rs:/.test(key)).map(({ key }) => key);
+  t.same(open, [clustered ? new KeySpace(PREFIX).reservationIndexOf('aa11', true) : `${PREFIX}{reservations}`], 'the open reservation is indexed');
   const handleTtl = keys.find(({ key }) => key === `${PREFIX}{h:aa11}`)?.pttl ?? 0;
   t.ok(handleTtl > HOUR - 60_000 && handleTtl <= HOUR, 'a handle key lives one handle TTL');
 }
@@ -102,11 +120,11 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
 t.test('standalone: every key has a TTL, the prefix and, per handle, the hash tag', async (t) => {
   const server = await startRedis();
   t.teardown(() => server.stop());
-  await checkKeys(t, { type: 'redis', redis: { url: server.url, keyPrefix: PREFIX } }, [server.port]);
+  await checkKeys(t, { type: 'redis', redis: { url: server.url, keyPrefix: PREFIX } }, [server.port], false);
 });
 
 t.test('cluster: every key on every node has a TTL, the prefix and, per handle, the hash tag', async (t) => {
   const cluster = await startRedisCluster();
   t.teardown(() => cluster.stop());
-  await checkKeys(t, { type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: PREFIX } }, cluster.ports);
+  await checkKeys(t, { type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: PREFIX } }, cluster.ports, true);
 });

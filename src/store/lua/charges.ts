@@ -77,9 +77,10 @@ return 1
 `;
 
 /**
- * The poll gate: one poll per minIntervalMs per charge; reschedules the reconciler's next look.
+ * The poll gate: one poll per minIntervalMs per charge; reschedules the reconciler's next look
+ * (pending and abandoned charges are polled, §7.6).
  * KEYS charges, [due index]. ARGV nonce, now, minIntervalMs, nextPollAt, indexMember, clockNow.
- * Returns {1, status} when the slot is taken, {0} otherwise.
+ * Returns {1, status, recordEnd} when the slot is taken, {0} otherwise.
  */
 export const TAKE_POLL_SLOT = `
 local clock = tonumber(ARGV[6])
@@ -91,16 +92,16 @@ c.lastPolledAt = now
 c.pollCount = c.pollCount + 1
 c.nextPollAt = tonumber(ARGV[4])
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
-if KEYS[2] and c.status == 'pending' then
+if KEYS[2] and (c.status == 'pending' or c.status == 'abandoned') then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
   live_until(KEYS[2], charge_end(c), clock)
 end
-return {1, c.status}
+return {1, c.status, int(charge_end(c))}
 `;
 
 /**
- * §7.5 exactly once: only a pending or abandoned charge is claimed; status, amounts, credits,
- * funded flag, pending pointer and due index change together.
+ * §7.5 exactly once: only a pending, abandoned or expired charge is claimed (money that arrived is
+ * never ignored); status, amounts, credits, funded flag, pending pointer and due index change together.
  * KEYS handle, charges, [due index, live-charges index].
  * ARGV nonce, outcome, credits, hasReceived, receivedAmount, indexMember, clockNow.
  * Returns {claimed 0|1, chargeJson|nil, balance}.
@@ -114,7 +115,7 @@ local function balance()
   if not alive then return 0 end
   return tonumber(redis.call('HGET', KEYS[1], 'b:' .. c.sku) or '0')
 end
-if c.status ~= 'pending' and c.status ~= 'abandoned' then return {0, raw, balance()} end
+if c.status ~= 'pending' and c.status ~= 'abandoned' and c.status ~= 'expired' then return {0, raw, balance()} end
 local credits = tonumber(ARGV[3])
 c.status = ARGV[2]
 if ARGV[4] == '1' then c.receivedAmount = ARGV[5] else c.receivedAmount = cjson.null end
@@ -137,19 +138,47 @@ end
 return {1, out, balance()}
 `;
 
-/** pending → abandoned. KEYS handle, charges, [due index, live-charges index]. ARGV nonce, indexMember, clockNow. */
+/**
+ * pending → abandoned; it stays in the due index at nextPollAt (late payments, §7.6).
+ * KEYS handle, charges, [due index, live-charges index]. ARGV nonce, indexMember, clockNow, nextPollAt.
+ * Returns when the record ends (0 if nothing changed).
+ */
 export const ABANDON_CHARGE = `
-local c = read_charge(KEYS[2], ARGV[1], tonumber(ARGV[3]))
+local clock = tonumber(ARGV[3])
+local c = read_charge(KEYS[2], ARGV[1], clock)
 if not c or c.status ~= 'pending' then return 0 end
 c.status = 'abandoned'
+c.nextPollAt = tonumber(ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(c))
+if KEYS[3] then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[2])
+  live_until(KEYS[3], charge_end(c), clock)
+  redis.call('ZREM', KEYS[4], ARGV[2])
+end
+left_pending(KEYS[1], c.sku, ARGV[1])
+return int(charge_end(c))
+`;
+
+/**
+ * pending | abandoned → expired (the provider never let us read it): out of the due and live
+ * indexes, kept RETENTION_MS from now. KEYS handle, charges, [due, live-charges, all-charges index].
+ * ARGV nonce, indexMember, now, clockNow. Returns the charge JSON or nil.
+ */
+export const EXPIRE_CHARGE = `
+local clock = tonumber(ARGV[4])
+local c = read_charge(KEYS[2], ARGV[1], clock)
+if not c or (c.status ~= 'pending' and c.status ~= 'abandoned') then return false end
+c.status = 'expired'
+c.expiredAt = tonumber(ARGV[3])
+local out = cjson.encode(c)
+redis.call('HSET', KEYS[2], ARGV[1], out)
+local ends = charge_end(c)
+live_until(KEYS[2], ends, clock)
 if KEYS[3] then
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[2])
+  end_index_add(KEYS[5], ends, ARGV[2], clock)
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('HGET', KEYS[1], 'pc:' .. c.sku) == ARGV[1] then redis.call('HDEL', KEYS[1], 'pc:' .. c.sku) end
-  redis.call('HSET', KEYS[1], 'lc:' .. c.sku, ARGV[1])
-end
-return 1
+left_pending(KEYS[1], c.sku, ARGV[1])
+return out
 `;

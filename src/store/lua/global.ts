@@ -50,9 +50,16 @@ end
 return 1
 `;
 
-/** Adds a member (if given) to a set index and keeps it alive until liveUntil. KEYS set. ARGV member, liveUntil, now. */
-export const SET_INDEX_ADD = `
-if ARGV[1] ~= '' then redis.call('SADD', KEYS[1], ARGV[1]) end
-live_until(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+/**
+ * Cluster: forgets shards of the reservation directory that the sweep found empty, unless listed
+ * again since the cutoff (a reserve that just made the shard non-empty re-lists it).
+ * KEYS directory. ARGV cutoff, slot…
+ */
+export const PRUNE_SHARD_DIRECTORY = `
+local cutoff = tonumber(ARGV[1])
+for i = 2, #ARGV do
+  local listed = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if listed and listed < cutoff then redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
 return 1
 `;

@@ -1,25 +1,26 @@
 // Scripts on one handle's keys: KEYS[1] handle hash, KEYS[2] its reservations (and charges for
-// reserve). A trailing global index key is passed only outside Cluster mode, where it may share the
-// script; in Cluster mode redis.ts writes that index in a companion command (see ../README.md).
+// reserve). The reservation index is always a KEY of the script that changes a reservation: the
+// global zset outside Cluster mode, the shard of the handle's slot in Cluster mode (../README.md).
 
-/** KEYS handle, reservations, [fingerprint set]. ARGV handleHash, fingerprint, hasPrincipal, principal, ttlMs, now. */
+/**
+ * The fingerprint lives in the handle's own hash (field fp): the operator look-up scans handle keys
+ * (redis.ts), so no index outside the handle's hash tag exists (§8).
+ * KEYS handle, reservations. ARGV fingerprint, hasPrincipal, principal, ttlMs, now.
+ */
 export const CREATE_HANDLE = `
-local now = tonumber(ARGV[6])
-local ttl = tonumber(ARGV[5])
+local now = tonumber(ARGV[5])
+local ttl = tonumber(ARGV[4])
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'x', int(now + ttl), 'fpx', int(now + 2 * ttl))
-if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'p', ARGV[4]) end
+redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'x', int(now + ttl))
+if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'p', ARGV[3]) end
 redis.call('PEXPIRE', KEYS[1], int(ttl))
-if KEYS[3] then
-  redis.call('SADD', KEYS[3], ARGV[1])
-  live_until(KEYS[3], now + 2 * ttl, now)
-end
 return 1
 `;
 
 /**
  * §6.2 steps 3–6: existence, binding, token bucket (Redis TIME), balance, reservation, slide.
- * KEYS handle, reservations, charges, [reservation index].
+ * KEYS handle, reservations, charges, reservation index (global, or in Cluster the shard of the
+ * handle's slot: either way in this script, §6.5).
  * ARGV hasPrincipal, principal, sku, cost, reservationId, deadline, ttlMs, rate, burst, indexMember, now.
  */
 export const RESERVE = `
@@ -47,33 +48,29 @@ if balance < cost then
   return {'insufficient', balance, funded, pending_raw or false, last_raw or false}
 end
 
+-- The index entry is the first write: a script that fails part way keeps what it wrote, so if the
+-- index cannot be written (wrong type, out of memory) nothing else is, and no reservation exists
+-- outside the index.
+-- fresh: the index was empty (Cluster: redis.ts then lists this shard in the directory the sweep reads first).
+local fresh = 0
+if redis.call('ZCARD', KEYS[4]) == 0 then fresh = 1 end
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[10])
+live_until(KEYS[4], tonumber(ARGV[6]) + RETENTION_MS, now)
 local remaining = redis.call('HINCRBY', h, 'b:' .. sku, int(-cost))
 redis.call('HSET', KEYS[2], ARGV[5], ARGV[6] .. ' ' .. ARGV[4] .. ' ' .. sku)
 local ttl = tonumber(ARGV[7])
-local expires = now + ttl
-redis.call('HSET', h, 'x', int(expires))
+redis.call('HSET', h, 'x', int(now + ttl))
 redis.call('PEXPIRE', h, int(ttl))
 redis.call('PEXPIRE', KEYS[2], int(ttl))
-if KEYS[4] then
-  redis.call('ZADD', KEYS[4], ARGV[6], ARGV[10])
-  live_until(KEYS[4], tonumber(ARGV[6]) + RETENTION_MS, now)
-end
--- The fingerprint set lives one TTL beyond the handle; once the slide passes that, the caller extends it.
-local fpx = tonumber(redis.call('HGET', h, 'fpx') or '0')
-if expires > fpx then
-  fpx = expires + ttl
-  redis.call('HSET', h, 'fpx', int(fpx))
-  return {'reserved', remaining, redis.call('HGET', h, 'fp') or false, int(fpx)}
-end
-return {'reserved', remaining}
+return {'reserved', remaining, fresh}
 `;
 
-/** KEYS handle, reservations, [reservation index]. ARGV reservationId, indexMember, now. Returns the balance or nil. */
+/** KEYS handle, reservations, reservation index. ARGV reservationId, indexMember, now. Returns the balance or nil. */
 export const COMMIT = `
 local r = redis.call('HGET', KEYS[2], ARGV[1])
 if not r then return false end
 redis.call('HDEL', KEYS[2], ARGV[1])
-if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[2]) end
+redis.call('ZREM', KEYS[3], ARGV[2])
 if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
 local sku = string.match(r, '^%S+ %S+ (.*)$')
 return tonumber(redis.call('HGET', KEYS[1], 'b:' .. sku) or '0')
@@ -84,7 +81,7 @@ export const RELEASE = `
 local r = redis.call('HGET', KEYS[2], ARGV[1])
 if not r then return false end
 redis.call('HDEL', KEYS[2], ARGV[1])
-if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[2]) end
+redis.call('ZREM', KEYS[3], ARGV[2])
 if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
 local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
 return redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
@@ -92,7 +89,7 @@ return redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
 
 /**
  * Releases the listed reservations of one handle whose deadline is before \`before\`.
- * KEYS handle, reservations, [reservation index]. ARGV before, now, handleHash, reservationId…
+ * KEYS handle, reservations, reservation index. ARGV before, now, handleHash, reservationId…
  * Returns how many credits-holding reservations were released.
  */
 export const RELEASE_STALE = `
@@ -111,7 +108,7 @@ for i = 4, #ARGV do
         released = released + 1
       end
     end
-    if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[3] .. ':' .. ARGV[i]) end
+    redis.call('ZREM', KEYS[3], ARGV[3] .. ':' .. ARGV[i])
   end
 end
 return released

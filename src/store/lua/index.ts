@@ -1,8 +1,8 @@
 // Every Lua script the Redis store runs, registered once per connection with ioredis
 // `defineCommand` (EVALSHA, falling back to EVAL after a SCRIPT FLUSH or a restart). Embedded as
 // TypeScript strings so `tsc` ships them in dist/ with nothing to copy or locate at run time.
-import { ABANDON_CHARGE, ABORT_CHARGE, ATTACH_LINK, BEGIN_CHARGE, CLAIM_SETTLEMENT, TAKE_POLL_SLOT } from './charges.js';
-import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, SET_INDEX_ADD, TAKE_CHALLENGE_TOKEN } from './global.js';
+import { ABANDON_CHARGE, ABORT_CHARGE, ATTACH_LINK, BEGIN_CHARGE, CLAIM_SETTLEMENT, EXPIRE_CHARGE, TAKE_POLL_SLOT } from './charges.js';
+import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, PRUNE_SHARD_DIRECTORY, TAKE_CHALLENGE_TOKEN } from './global.js';
 import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
 import { PRELUDE } from './prelude.js';
 import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
@@ -21,15 +21,16 @@ const BODIES = {
   tbTakePollSlot: TAKE_POLL_SLOT,
   tbClaimSettlement: CLAIM_SETTLEMENT,
   tbAbandonCharge: ABANDON_CHARGE,
+  tbExpireCharge: EXPIRE_CHARGE,
   tbTakeChallengeToken: TAKE_CHALLENGE_TOKEN,
   tbAcquireLease: ACQUIRE_LEASE,
   tbPayDevLink: PAY_DEV_LINK,
   tbIndexAdd: INDEX_ADD,
-  tbSetIndexAdd: SET_INDEX_ADD,
+  tbPruneShardDirectory: PRUNE_SHARD_DIRECTORY,
+  tbFinishPaymentNonce: FINISH_PAYMENT_NONCE,
   // priced-request registry (SPEC §6.5)
   tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
   tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
-  tbFinishPaymentNonce: FINISH_PAYMENT_NONCE,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;

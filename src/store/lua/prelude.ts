@@ -45,17 +45,27 @@ local function take_token(key, tokens_field, at_field, rate, burst, now)
   return math.max(1, math.ceil((1 - tokens) * 1000 / rate)), left
 end
 
--- A charge record is kept until its link expired plus the retention window; an opening charge
--- (its opener never got a link) only until the link would have expired.
+-- A charge record is kept until its link expired (or it was marked expired, if later) plus the
+-- retention window; an opening charge (its opener never got a link) only until the link would have
+-- expired. Mirrors chargeRecordEnd in store.ts.
 local function charge_end(c)
   if c.status == 'opening' then return c.expiresAt end
-  return c.expiresAt + RETENTION_MS
+  local from = c.expiresAt
+  if type(c.expiredAt) == 'number' and c.expiredAt > from then from = c.expiredAt end
+  return from + RETENTION_MS
 end
 
 -- The handle is live if its expiry (field x) is after the caller's now.
 local function handle_live(key, now)
   local x = tonumber(redis.call('HGET', key, 'x'))
   return x ~= nil and x > now
+end
+
+-- A charge left 'pending' for good: challenges stop showing it and it becomes the SKU's last charge.
+local function left_pending(handle, sku, nonce)
+  if redis.call('EXISTS', handle) == 0 then return end
+  if redis.call('HGET', handle, 'pc:' .. sku) == nonce then redis.call('HDEL', handle, 'pc:' .. sku) end
+  redis.call('HSET', handle, 'lc:' .. sku, nonce)
 end
 
 -- Reads one charge of a handle's charges hash; nil if absent or past its end.

@@ -1,30 +1,37 @@
-// Pure pieces of the stdio upstream (SPEC §5.5): the gateway's own sessions, the per-era shaping of
-// messages (2026-07-28 envelope off on the way in, result stamps on the way out), and the rule that
-// picks which client a server→client request belongs to. No I/O here.
-import { randomBytes } from 'node:crypto';
+// Pure pieces of the bridge (SPEC §5.5): the era of a message, the 2026-07-28 envelope off on the way into
+// a legacy child and the result stamps on the way out, the bridge's own answers built from a child's
+// identity, the bound on session state, and the rule that picks which client a server→client request
+// belongs to on a shared child. No I/O here.
 import { LEGACY_VERSIONS, MODERN_VERSION, VERSION_META_KEY } from '../mcp/classify.js';
 import { isObject, type JsonObject, type JsonRpcId } from '../mcp/jsonrpc.js';
 
-/** What the gateway asks the child for; the child may answer an older revision, which is accepted. */
+export { MODERN_VERSION };
+
+/** What the bridge asks a child it initialises itself (shared and 2026-07-28 children); it may answer an older revision. */
 export const CHILD_PROTOCOL_VERSION = '2025-11-25';
+export const BRIDGE_CLIENT_INFO = { name: 'tollbooth-bridge', version: '0.1.0' } as const;
+
+export const CLIENT_CAPABILITIES_META_KEY = 'io.modelcontextprotocol/clientCapabilities';
+export const CLIENT_INFO_META_KEY = 'io.modelcontextprotocol/clientInfo';
 
 /**
  * The reserved 2026-07-28 envelope keys. Only these are lifted before a modern request reaches the
  * (legacy) child — the same set the SDK's servers lift; other `io.modelcontextprotocol/*` keys such
  * as `related-task` are ordinary 2025-era material and stay.
  */
-const ENVELOPE_META_KEYS = [
-  VERSION_META_KEY,
-  'io.modelcontextprotocol/clientInfo',
-  'io.modelcontextprotocol/clientCapabilities',
-  'io.modelcontextprotocol/logLevel',
-] as const;
+const ENVELOPE_META_KEYS = [VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY, 'io.modelcontextprotocol/logLevel'] as const;
 const SERVER_INFO_META_KEY = 'io.modelcontextprotocol/serverInfo';
 
 /** 2026-07-28 results of these methods carry required cache fields (SEP-2549); the SDK defaults them to 0/private. */
 const CACHEABLE_METHODS = new Set(['tools/list', 'prompts/list', 'resources/list', 'resources/templates/list', 'resources/read', 'server/discover']);
 
-/** The child's answer to the gateway's own initialize, replayed to every legacy client. */
+/**
+ * Session state a client may make the bridge keep (issue 12): a capabilities object or clientInfo larger
+ * than this, serialised, is refused. Real ones are a few hundred bytes.
+ */
+export const MAX_CLIENT_STATE_BYTES = 64 * 1024;
+
+/** A child's answer to initialize, as the bridge replays it (shared child) or answers server/discover from it. */
 export interface ChildIdentity {
   protocolVersion: string;
   capabilities: JsonObject;
@@ -48,6 +55,31 @@ export const modernVersionOf = (params: unknown): unknown => metaOf(params)?.[VE
 
 export const isLegacyVersion = (version: unknown): version is (typeof LEGACY_VERSIONS)[number] =>
   typeof version === 'string' && (LEGACY_VERSIONS as readonly string[]).includes(version);
+
+/** The client capabilities a 2026-07-28 request declares (none declared = `{}`). */
+export function modernClientCapabilities(params: unknown): JsonObject {
+  const declared = metaOf(params)?.[CLIENT_CAPABILITIES_META_KEY];
+  return isObject(declared) ? declared : {};
+}
+
+export function modernClientInfo(params: unknown): JsonObject | undefined {
+  const declared = metaOf(params)?.[CLIENT_INFO_META_KEY];
+  return isObject(declared) ? declared : undefined;
+}
+
+/**
+ * The part of a client's state the bridge would keep that is over MAX_CLIENT_STATE_BYTES, if any:
+ * `capabilities` and `clientInfo` of an initialize, or the same two in a 2026-07-28 envelope.
+ */
+export function oversizedClientState(state: { capabilities?: unknown; clientInfo?: unknown }): { field: string; bytes: number } | undefined {
+  for (const field of ['capabilities', 'clientInfo'] as const) {
+    const value = state[field];
+    if (value === undefined) continue;
+    const bytes = Buffer.byteLength(JSON.stringify(value) ?? '');
+    if (bytes > MAX_CLIENT_STATE_BYTES) return { field, bytes };
+  }
+  return undefined;
+}
 
 /** The params a legacy child should see for a modern request: envelope keys gone, `_meta` dropped when emptied. */
 export function withoutEnvelope(params: unknown): unknown {
@@ -92,7 +124,7 @@ export function stampModernResult(method: string, result: unknown, serverInfo: J
   return stamped;
 }
 
-/** The gateway's answer to a legacy `initialize`: the client's revision when it is one we serve, else the latest legacy one. */
+/** The shared child's answer to a legacy `initialize`: the client's revision when the bridge serves it, else the latest legacy one. */
 export function legacyInitializeResult(requested: unknown, child: ChildIdentity): JsonObject {
   const protocolVersion = isLegacyVersion(requested) ? requested : CHILD_PROTOCOL_VERSION;
   const result: JsonObject = { protocolVersion, capabilities: child.capabilities, serverInfo: child.serverInfo };
@@ -101,9 +133,9 @@ export function legacyInitializeResult(requested: unknown, child: ChildIdentity)
 }
 
 /**
- * The gateway's answer to `server/discover`, shaped like @modelcontextprotocol/server 2.4's `_ondiscover`
- * after its encode seam (supportedVersions, capabilities, instructions, then the modern stamps); `serverInfo`
- * is repeated at the top level for clients that read it there.
+ * The answer to `server/discover`, shaped like @modelcontextprotocol/server 2.4's `_ondiscover` after its
+ * encode seam (supportedVersions, capabilities, instructions, then the modern stamps); `serverInfo` is
+ * repeated at the top level for clients that read it there.
  */
 export function discoverResult(child: ChildIdentity): unknown {
   const result: JsonObject = { supportedVersions: [MODERN_VERSION], capabilities: child.capabilities, serverInfo: child.serverInfo };
@@ -111,14 +143,14 @@ export function discoverResult(child: ChildIdentity): unknown {
   return stampModernResult('server/discover', result, child.serverInfo);
 }
 
-/** Which client capability a server→client request needs; methods not listed cannot be relayed. */
+/** Which client capability a server→client request needs on a shared child; methods not listed cannot be relayed. */
 export const RELAY_CAPABILITY: Readonly<Record<string, string>> = {
   'sampling/createMessage': 'sampling',
   'elicitation/create': 'elicitation',
   'roots/list': 'roots',
 };
 
-/** Notifications about the server as a whole: every session's GET stream gets them, whatever is in flight. */
+/** Notifications about the server as a whole: on a shared child every session gets them, whatever is in flight. */
 export const SERVER_WIDE_NOTIFICATIONS = new Set([
   'notifications/tools/list_changed',
   'notifications/prompts/list_changed',
@@ -129,41 +161,16 @@ export const SERVER_WIDE_NOTIFICATIONS = new Set([
 /** JSON-RPC ids are string | number; as Map keys they must not confuse 1 with "1". */
 export const idKey = (id: JsonRpcId): string => (typeof id === 'number' ? `n:${id}` : `s:${String(id)}`);
 
-export interface Session {
-  readonly id: string;
-  readonly protocolVersion: string;
-  readonly capabilities: JsonObject;
-  /** Client request id → child id, for the requests of this session still running. */
-  readonly running: Map<string, number>;
-  lastSeenAt: number;
-}
-
-/** The gateway's own legacy sessions (the child never sees them). */
-export class SessionTable {
-  readonly #sessions = new Map<string, Session>();
-
-  create(protocolVersion: string, capabilities: JsonObject, now: number): Session {
-    const session: Session = { id: randomBytes(16).toString('base64url'), protocolVersion, capabilities, running: new Map(), lastSeenAt: now };
-    this.#sessions.set(session.id, session);
-    return session;
+/** A stable key for a JSON value: object keys sorted, so `{a,b}` and `{b,a}` name the same capability set. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (isObject(value)) {
+    return `{${Object.keys(value)
+      .sort()
+      .map((key) => `${JSON.stringify(key)}:${canonicalJson(value[key])}`)
+      .join(',')}}`;
   }
-
-  get(id: string): Session | undefined {
-    return this.#sessions.get(id);
-  }
-
-  delete(id: string): boolean {
-    return this.#sessions.delete(id);
-  }
-
-  values(): IterableIterator<Session> {
-    return this.#sessions.values();
-  }
-
-  /** Sessions idle longer than `idleMs` with nothing running and no open stream (the caller says which are open). */
-  expired(now: number, idleMs: number, hasStream: (session: Session) => boolean): Session[] {
-    return [...this.#sessions.values()].filter((s) => now - s.lastSeenAt > idleMs && s.running.size === 0 && !hasStream(s));
-  }
+  return JSON.stringify(value) ?? 'null';
 }
 
 export interface RelayCandidate {
@@ -173,9 +180,9 @@ export interface RelayCandidate {
 }
 
 /**
- * Which running call a server→client request belongs to. The stdio wire does not say, so: among the
- * calls whose client can take it, one session's calls → that session's latest call; calls of several
- * sessions → ambiguous (relaying it to a guess could show one client another's prompt).
+ * Which running call a server→client request belongs to on a shared child. The stdio wire does not say,
+ * so: among the calls whose client can take it, one session's calls → that session's latest call; calls
+ * of several sessions → ambiguous (relaying it to a guess could show one client another's prompt).
  */
 export function chooseRelayTarget<T extends RelayCandidate>(candidates: readonly T[]): T | 'none' | 'ambiguous' {
   if (candidates.length === 0) return 'none';
@@ -185,3 +192,20 @@ export function chooseRelayTarget<T extends RelayCandidate>(candidates: readonly
 }
 
 export const hasCapability = (capabilities: JsonObject, name: string): boolean => capabilities[name] !== undefined && capabilities[name] !== null;
+
+/**
+ * JSON-RPC errors the bridge itself answers with. Numbers follow the SDK's server transports where the
+ * situation is theirs (-32000 server errors, -32603 internal); `data.reason` is stable and machine-readable.
+ */
+export const BRIDGE_ERROR = {
+  /** The child died (or was stopped) before answering. */
+  childGone: { code: -32603, reason: 'stdio_server_gone' },
+  /** The child is not reading its stdin and the bounded queue is full. */
+  stdinFull: { code: -32000, reason: 'stdio_server_not_reading' },
+  /** maxChildren children are running (or maxSessions sessions on a shared child). */
+  atCapacity: { code: -32000, reason: 'at_capacity' },
+  /** A capabilities object or clientInfo over MAX_CLIENT_STATE_BYTES. */
+  stateTooLarge: { code: -32602, reason: 'client_state_too_large' },
+  /** The client cancelled the request (the answer it ignores, so its stream can close). */
+  cancelled: { code: -32800, reason: 'cancelled' },
+} as const;

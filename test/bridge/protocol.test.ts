@@ -1,9 +1,11 @@
-// The pure rules of the stdio upstream: era shaping, result stamps, sessions, and whom a server→client request is for.
+// The pure rules of the bridge: era shaping, result stamps, the bound on client state, capability-set keys,
+// and whom a server→client request is for on a shared child.
 import t from 'tap';
 import {
-  chooseRelayTarget, discoverResult, idKey, isModernRequest, legacyInitializeResult, SessionTable, stampModernResult, withoutEnvelope,
+  canonicalJson, chooseRelayTarget, discoverResult, idKey, isModernRequest, legacyInitializeResult, modernClientCapabilities, oversizedClientState,
+  stampModernResult, withoutEnvelope,
   type ChildIdentity,
-} from '../../src/proxy/stdio-router.js';
+} from '../../src/bridge/protocol.js';
 
 const child: ChildIdentity = { protocolVersion: '2025-06-18', capabilities: { tools: { listChanged: true } }, serverInfo: { name: 'kid', version: '1' } };
 
@@ -57,13 +59,17 @@ t.test('ids 1 and "1" are different keys', async (t) => {
   t.not(idKey(1), idKey('1'));
 });
 
-t.test('sessions get unguessable ids and expire only when idle with nothing open', async (t) => {
-  const table = new SessionTable();
-  const idle = table.create('2025-11-25', {}, 0);
-  const busy = table.create('2025-11-25', {}, 0);
-  busy.running.set(idKey(1), 7);
-  const listening = table.create('2025-11-25', {}, 0);
-  t.match(idle.id, /^[A-Za-z0-9_-]{22}$/);
-  t.same(table.expired(10_000, 5_000, (s) => s === listening).map((s) => s.id), [idle.id]);
-  t.same(table.expired(1_000, 5_000, () => false), []);
+
+t.test('client state over 64 KiB is named; under it passes', async (t) => {
+  t.equal(oversizedClientState({ capabilities: { experimental: { a: { x: 'y'.repeat(60_000) } } }, clientInfo: { name: 'n', version: '1' } }), undefined);
+  t.match(oversizedClientState({ capabilities: {}, clientInfo: { name: 'n'.repeat(70_000), version: '1' } }), { field: 'clientInfo' });
+  // 40,000 characters, 80,000 bytes in UTF-8: over the bound although the string length is not.
+  t.match(oversizedClientState({ capabilities: { experimental: { a: { x: 'é'.repeat(40_000) } } } }), { field: 'capabilities', bytes: 80_031 }, 'bytes, not characters');
+});
+
+t.test('capability sets are keyed by content, not key order', async (t) => {
+  t.equal(canonicalJson({ b: { y: 1, x: [2, { d: 1, c: 2 }] }, a: {} }), canonicalJson({ a: {}, b: { x: [2, { c: 2, d: 1 }], y: 1 } }));
+  t.not(canonicalJson({ roots: {} }), canonicalJson({ roots: { listChanged: true } }));
+  t.strictSame(modernClientCapabilities({ _meta: { 'io.modelcontextprotocol/clientCapabilities': { sampling: {} } } }), { sampling: {} });
+  t.strictSame(modernClientCapabilities({}), {}, 'none declared is the empty set');
 });

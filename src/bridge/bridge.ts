@@ -1,0 +1,289 @@
+// The bridge's HTTP endpoint: which session, which era, which limits. One POST/GET/DELETE path; a request
+// is modern iff its body's `_meta` carries the protocol version (SPEC §5.1). Legacy requests without a
+// session must be an initialize: it opens a session (a new child in `perClient` mode, within maxChildren);
+// with a session id they go to that session (404 when it is unknown or ended). The sessions, the modern
+// children and the shared child live here, and so do the idle reaper and the readiness probe.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { errorResponse, isObject, isRequestLike, type JsonObject, type JsonRpcId } from '../mcp/jsonrpc.js';
+import type { Logger } from '../observability/logger.js';
+import type { ChildOptions } from './child.js';
+import { DirectSession } from './direct-session.js';
+import type { EventBufferLimits } from './event-store.js';
+import { startInitialisedChild } from './handshake.js';
+import { readBody, sendJson, sendRpcError } from './http.js';
+import { ModernPool, serveModernRequest, type ModernTargets } from './modern.js';
+import { Multiplexer } from './multiplexer.js';
+import { BRIDGE_ERROR, isModernRequest, oversizedClientState } from './protocol.js';
+import { SharedSession } from './shared-session.js';
+import { StdioSupervisor } from './supervisor.js';
+
+const PARSE_ERROR = -32700;
+const INVALID_REQUEST = -32600;
+const BAD_REQUEST = -32000;
+const SESSION_NOT_FOUND = -32001;
+/** How long a readiness answer from a probe spawn stays good (no child running meanwhile). */
+const PROBE_TTL_MS = 30_000;
+
+export interface BridgeSettings {
+  command: readonly string[];
+  sessions: 'perClient' | 'shared';
+  maxChildren: number;
+  idleTimeoutMs: number;
+  logger: Logger;
+  child: ChildOptions;
+  path: string;
+  maxBodyBytes: number;
+  maxSessions: number;
+  eventBuffer: EventBufferLimits;
+  /** A stream whose reader lags by more than this is cut (shared and 2026-07-28 children, which cannot be paused for one reader). */
+  maxBufferedBytes: number;
+  initializeTimeoutMs: number;
+  restartBackoff: { initialMs: number; maxMs: number };
+}
+
+type LegacySession = DirectSession | SharedSession;
+
+export class Bridge {
+  readonly #settings: BridgeSettings;
+  readonly #logger: Logger;
+  readonly #sessions = new Map<string, LegacySession>();
+  /** Every per-client session holding a child, with or without an id yet (the budget counts them all). */
+  readonly #direct = new Set<DirectSession>();
+  readonly #pool: ModernPool | undefined;
+  readonly #shared: { supervisor: StdioSupervisor; mux: Multiplexer } | undefined;
+  readonly #reaper: NodeJS.Timeout;
+  #children = 0;
+  #lastProbe: { at: number; result: { ok: boolean; detail: string } } | undefined;
+  #probing: Promise<{ ok: boolean; detail: string }> | undefined;
+  #closing = false;
+  #allowedHosts: readonly string[] | undefined;
+
+  constructor(settings: BridgeSettings) {
+    this.#settings = settings;
+    this.#logger = settings.logger;
+    if (settings.sessions === 'shared') {
+      let mux!: Multiplexer;
+      const supervisor = new StdioSupervisor(
+        { child: settings.child, logger: settings.logger, initializeTimeoutMs: settings.initializeTimeoutMs, restartBackoff: settings.restartBackoff },
+        { onMessage: (message, bytes) => mux.fromChild(message, bytes), onExit: (why) => mux.childExited(why) },
+      );
+      mux = new Multiplexer(supervisor, settings.logger);
+      this.#shared = { supervisor, mux };
+    } else {
+      this.#pool = new ModernPool({
+        child: settings.child,
+        logger: settings.logger,
+        initializeTimeoutMs: settings.initializeTimeoutMs,
+        acquireSlot: () => this.#acquireSlot(),
+        releaseSlot: () => this.#releaseSlot(),
+      });
+    }
+    const sweepMs = Math.max(50, Math.min(30_000, Math.floor(settings.idleTimeoutMs / 4)));
+    this.#reaper = setInterval(() => this.#reap(), sweepMs);
+    this.#reaper.unref();
+  }
+
+  /** Shared: the child is up. perClient: the command spawns and initialises (then that child is stopped). */
+  async start(): Promise<void> {
+    if (this.#shared) {
+      await this.#shared.supervisor.start();
+      return;
+    }
+    const result = await this.#probeSpawn();
+    if (!result.ok) throw new Error(result.detail);
+  }
+
+  /** SPEC §4: a live initialised child, or (perClient, none running) a child that can be spawned and initialised. */
+  async probe(): Promise<{ ok: boolean; detail: string }> {
+    if (this.#closing) return { ok: false, detail: 'the bridge is closing' };
+    if (this.#shared) return { ok: this.#shared.supervisor.ready, detail: this.#shared.supervisor.detail };
+    const live = [...this.#direct].filter((session) => session.alive).length + (this.#pool?.liveChildren ?? 0);
+    if (live > 0) return { ok: true, detail: `${live} stdio ${live === 1 ? 'child' : 'children'} running` };
+    if (this.#lastProbe && Date.now() - this.#lastProbe.at < PROBE_TTL_MS) return this.#lastProbe.result;
+    return this.#probeSpawn();
+  }
+
+  /** From now on a Host header not in the list gets 403 (the standalone bridge on a loopback port: DNS rebinding). */
+  restrictHosts(hosts: readonly string[]): void {
+    this.#allowedHosts = hosts;
+  }
+
+  async close(): Promise<void> {
+    this.#closing = true;
+    clearInterval(this.#reaper);
+    const ending = [...this.#sessions.values(), ...this.#direct].map((session) => session.end('the bridge is closing'));
+    await Promise.all([...ending, this.#pool?.close(), this.#shared?.supervisor.close()]);
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== this.#settings.path) return sendRpcError(res, 404, null, BAD_REQUEST, `Not found: the MCP endpoint is ${this.#settings.path}`);
+    if (this.#allowedHosts && !this.#allowedHosts.includes(req.headers.host ?? '')) {
+      return sendRpcError(res, 403, null, BAD_REQUEST, `Forbidden: Host ${JSON.stringify(req.headers.host ?? '')} is not this bridge`);
+    }
+    if (this.#closing) return sendRpcError(res, 503, null, BAD_REQUEST, 'the bridge is shutting down');
+    switch (req.method) {
+      case 'POST':
+        return this.#post(req, res);
+      case 'GET':
+      case 'DELETE': {
+        const session = this.#sessionOf(req, res);
+        if (session) await session.handle(req, res);
+        return;
+      }
+      default:
+        return sendRpcError(res, 405, null, BAD_REQUEST, 'Method not allowed.', undefined, { allow: 'GET, POST, DELETE' });
+    }
+  }
+
+  async #post(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const read = await readBody(req, this.#settings.maxBodyBytes);
+    if ('tooLarge' in read) return sendRpcError(res, 413, null, BAD_REQUEST, `Payload Too Large: Request body must not exceed ${this.#settings.maxBodyBytes} bytes`);
+    const contentType = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+    if (contentType !== 'application/json' && !contentType.endsWith('+json')) {
+      return sendRpcError(res, 415, null, BAD_REQUEST, 'Unsupported Media Type: Content-Type must be application/json');
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(read.text);
+    } catch {
+      return sendRpcError(res, 400, null, PARSE_ERROR, 'Parse error: Invalid JSON');
+    }
+    const messages: unknown[] = Array.isArray(body) ? body : [body];
+    if (!Array.isArray(body) && isRequestLike(body) && isModernRequest(body.params)) {
+      return serveModernRequest(body, req, res, { targets: this.#modernTargets, logger: this.#logger, maxBufferedBytes: this.#settings.maxBufferedBytes });
+    }
+    if (messages.some((entry) => isRequestLike(entry) && isModernRequest(entry.params))) {
+      return sendRpcError(res, 400, null, INVALID_REQUEST, 'Invalid Request: 2026-07-28 has no batches');
+    }
+    const initialize = messages.find((entry) => isRequestLike(entry) && entry.method === 'initialize' && entry.id !== undefined);
+    if (initialize !== undefined && req.headers['mcp-session-id'] === undefined) {
+      if (messages.length > 1) return sendRpcError(res, 400, null, INVALID_REQUEST, 'Invalid Request: Only one initialization request is allowed');
+      return this.#openSession(initialize as { id: JsonRpcId; params?: unknown }, body, req, res);
+    }
+    const session = this.#sessionOf(req, res);
+    if (session === undefined) return;
+    if (session instanceof DirectSession && !session.hasRoomFor(Buffer.byteLength(read.text))) {
+      // The child is not reading its input: refuse before anything is queued for it.
+      const single = !Array.isArray(body) && isRequestLike(body) && body.id !== undefined ? body.id : undefined;
+      const message = 'the stdio server is not reading its input; the request was refused (try again later)';
+      if (single !== undefined) return sendJson(res, 200, errorResponse(single, BRIDGE_ERROR.stdinFull.code, message, { reason: BRIDGE_ERROR.stdinFull.reason }));
+      return sendRpcError(res, 503, null, BRIDGE_ERROR.stdinFull.code, message, { reason: BRIDGE_ERROR.stdinFull.reason });
+    }
+    await session.handle(req, res, body);
+  }
+
+  async #openSession(initialize: { id: JsonRpcId; params?: unknown }, body: unknown, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const params: JsonObject = isObject(initialize.params) ? initialize.params : {};
+    const oversized = oversizedClientState({ capabilities: params.capabilities, clientInfo: params.clientInfo });
+    if (oversized) {
+      return sendJson(res, 200, errorResponse(initialize.id, BRIDGE_ERROR.stateTooLarge.code, `${oversized.field} of ${oversized.bytes} bytes is over the bridge's 64 KiB limit for client state`, { reason: BRIDGE_ERROR.stateTooLarge.reason }));
+    }
+    const accept = req.headers.accept ?? '';
+    if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
+      // The SDK transport would refuse it too; refusing first spares a spawn.
+      return sendRpcError(res, 406, null, BAD_REQUEST, 'Not Acceptable: Client must accept both application/json and text/event-stream');
+    }
+    const session = this.#shared ? this.#newSharedSession() : this.#newDirectSession();
+    if (typeof session === 'string') {
+      this.#logger.warn({ evt: 'bridge_at_capacity', sessions: this.#settings.sessions, limit: this.#shared ? this.#settings.maxSessions : this.#settings.maxChildren }, session);
+      return sendJson(res, 200, errorResponse(initialize.id, BRIDGE_ERROR.atCapacity.code, session, { reason: BRIDGE_ERROR.atCapacity.reason }));
+    }
+    await session.handle(req, res, body);
+    // The transport refused the initialize (e.g. not a valid JSON-RPC message): no session came of it.
+    if (session.sessionId === undefined) await session.end('initialize refused');
+  }
+
+  #newDirectSession(): DirectSession | string {
+    if (!this.#acquireSlot() && !(this.#pool?.evictIdle() && this.#acquireSlot())) {
+      return `the bridge is running its maximum number of stdio children (maxChildren: ${this.#settings.maxChildren}); end a session or try again later`;
+    }
+    const session = new DirectSession({
+      child: this.#settings.child,
+      logger: this.#logger,
+      eventBuffer: this.#settings.eventBuffer,
+      maxBufferedBytes: this.#settings.maxBufferedBytes,
+      initializeTimeoutMs: this.#settings.initializeTimeoutMs,
+      onSessionId: (s, id) => this.#sessions.set(id, s),
+      onEnded: (s) => {
+        if (!this.#direct.delete(s)) return;
+        if (s.sessionId !== undefined && this.#sessions.get(s.sessionId) === s) this.#sessions.delete(s.sessionId);
+        this.#releaseSlot();
+      },
+    });
+    this.#direct.add(session);
+    return session;
+  }
+
+  #newSharedSession(): SharedSession | string {
+    if (this.#sessions.size >= this.#settings.maxSessions) {
+      return `the bridge holds its maximum number of sessions on the shared stdio child (${this.#settings.maxSessions}); end a session or try again later`;
+    }
+    const shared = this.#shared as { supervisor: StdioSupervisor; mux: Multiplexer };
+    return new SharedSession({
+      mux: shared.mux,
+      supervisor: shared.supervisor,
+      logger: this.#logger,
+      eventBuffer: this.#settings.eventBuffer,
+      maxBufferedBytes: this.#settings.maxBufferedBytes,
+      onSessionId: (s, id) => this.#sessions.set(id, s),
+      onEnded: (s) => {
+        if (this.#sessions.get(s.id) === s) this.#sessions.delete(s.id);
+      },
+    });
+  }
+
+  #sessionOf(req: IncomingMessage, res: ServerResponse): LegacySession | undefined {
+    const id = req.headers['mcp-session-id'];
+    if (typeof id !== 'string' || id === '') {
+      sendRpcError(res, 400, null, BAD_REQUEST, 'Bad Request: Mcp-Session-Id header is required');
+      return undefined;
+    }
+    const session = this.#sessions.get(id);
+    if (session === undefined) sendRpcError(res, 404, null, SESSION_NOT_FOUND, 'Session not found');
+    return session;
+  }
+
+  readonly #modernTargets: ModernTargets = async (capabilities, clientInfo) => {
+    if (this.#pool) return this.#pool.target(capabilities, clientInfo);
+    const { supervisor, mux } = this.#shared as { supervisor: StdioSupervisor; mux: Multiplexer };
+    const ready = supervisor.ready || (await supervisor.waitReady());
+    const identity = supervisor.identity;
+    if (!ready || identity === undefined) return { refused: supervisor.detail, reason: BRIDGE_ERROR.childGone.reason };
+    return { mux, identity, touch: () => undefined };
+  };
+
+  #acquireSlot(): boolean {
+    if (this.#children >= this.#settings.maxChildren) return false;
+    this.#children += 1;
+    return true;
+  }
+
+  #releaseSlot(): void {
+    this.#children -= 1;
+  }
+
+  #reap(): void {
+    const now = Date.now();
+    const idleMs = this.#settings.idleTimeoutMs;
+    for (const session of [...this.#sessions.values()]) if (session.idleFor(now) >= idleMs) void session.end('idle');
+    this.#pool?.reap(now, idleMs);
+  }
+
+  #probeSpawn(): Promise<{ ok: boolean; detail: string }> {
+    this.#probing ??= (async () => {
+      let result: { ok: boolean; detail: string };
+      try {
+        const { child, identity } = await startInitialisedChild(this.#settings.child, { capabilities: {}, timeoutMs: this.#settings.initializeTimeoutMs }, { onMessage: () => undefined, onExit: () => undefined });
+        await child.kill();
+        result = { ok: true, detail: `the stdio server starts and initialises (${String(identity.serverInfo.name ?? 'unnamed')})` };
+      } catch (error) {
+        result = { ok: false, detail: (error as Error).message };
+      }
+      this.#lastProbe = { at: Date.now(), result };
+      this.#probing = undefined;
+      return result;
+    })();
+    return this.#probing;
+  }
+}
