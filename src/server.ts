@@ -4,7 +4,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { GatewayConfig } from './config/schema.js';
-import { errorResponse } from './mcp/jsonrpc.js';
 import { ToolCatalog } from './mcp/tool-catalog.js';
 import { pricingFromConfig } from './mcp/tools-list.js';
 import type { Logger } from './observability/logger.js';
@@ -14,18 +13,19 @@ import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
 import { registerDevCheckout } from './payments/dev-checkout.js';
 import { Paywall } from './paywall/decide.js';
-import type { Upstream } from './proxy/upstream.js';
+import type { UpstreamTarget } from './proxy/upstream-target.js';
+import { registerMcpEndpoint } from './proxy/mcp-endpoint.js';
 import type { Store } from './store/store.js';
-import { registerMcpRoute, type Authenticator } from './http/mcp-route.js';
+import type { Authenticator } from './http/mcp-policy.js';
 import { registerOpsRoutes } from './http/ops-routes.js';
-import { registerRequestGuards } from './http/guards.js';
 import { createResourceServer, type ResourceServer } from './auth/resource-server.js';
 import { prmPaths, protectedResourceMetadata } from './auth/metadata.js';
 
 export interface GatewayDeps {
   store: Store;
   provider: PaymentProvider;
-  upstream: Upstream;
+  /** Where MCP traffic goes: an HTTP upstream's URL, or the stdio bridge's private endpoint (SPEC §16). */
+  upstream: UpstreamTarget;
   logger: Logger;
   metrics: Metrics;
   now?: () => number;
@@ -57,18 +57,17 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
   });
   registerRequestIdEcho(app);
 
-  // Bodies arrive as text: the MCP route parses them itself so malformed JSON gets -32700, not fastify's 400.
+  // Bodies arrive as text: the MCP policy parses them itself so malformed JSON gets -32700, not fastify's 400.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => done(null, body));
 
+  // The MCP endpoint has its own error handler (JSON-RPC errors); this one answers every other route.
   app.setErrorHandler((error, request, reply) => {
     const code = (error as { code?: string }).code;
-    const onMcp = request.url.split('?')[0] === config.server.mcpPath;
     const status = code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 413 : (error as { statusCode?: number }).statusCode ?? 500;
     const safeStatus = status >= 500 ? 503 : status;
     if (status >= 500) deps.logger.error({ evt: 'internal_error', reqId: request.id, code: code ?? 'unknown', url: request.routeOptions.url }, 'request failed');
     const message = status === 413 ? `Request body too large: the limit is ${config.server.bodyLimit} bytes` : status >= 500 ? 'the gateway could not complete the request' : 'bad request';
-    if (onMcp) return reply.code(safeStatus).send(errorResponse(null, status === 413 ? -32600 : -32603, message));
     return reply.code(safeStatus).send({ error: message });
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send({ error: 'not found' }));
@@ -94,8 +93,6 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     now,
   });
 
-  registerRequestGuards(app, { mcpPath: config.server.mcpPath, publicUrl: config.server.publicUrl, allowedOrigins: config.server.allowedOrigins, allowedHosts: config.server.allowedHosts });
-
   let resourceServer: ResourceServer | null = null;
   if (config.auth.mode === 'oauth') {
     resourceServer = createResourceServer(config.auth, { publicUrl: config.server.publicUrl, mcpPath: config.server.mcpPath, metrics: deps.metrics, clock: now });
@@ -106,17 +103,20 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
 
   const openStreams = new Set<ServerResponse>();
   closeUnusedConnectionsOnClose(app);
-  registerMcpRoute(app, {
+  await registerMcpEndpoint(app, {
     mcpPath: config.server.mcpPath,
-    upstream: deps.upstream,
+    target: deps.upstream,
     upstreamHeaders: config.upstream.headers,
+    guards: { publicUrl: config.server.publicUrl, allowedOrigins: config.server.allowedOrigins, allowedHosts: config.server.allowedHosts },
     pricing,
     anyPriced: Object.keys(config.tools).length > 0,
     paywall,
     catalog: new ToolCatalog(deps.upstream, { upstreamHeaders: config.upstream.headers, now }),
     authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,
+    store: deps.store,
     callDeadlineMs: config.upstream.callDeadline,
     maxResponseBytes: config.upstream.maxResponseBytes,
+    bodyLimit: config.server.bodyLimit,
     metrics: deps.metrics,
     logger: deps.logger,
     now,

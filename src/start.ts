@@ -9,9 +9,8 @@ import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Reconciler } from './payments/reconciler.js';
 import { MOOVE_WEBHOOK_EVENT_MEMORY_MS, registerMooveWebhookRoute } from './payments/webhook.js';
-import { HttpUpstream } from './proxy/upstream-http.js';
-import { StdioUpstream } from './proxy/upstream-stdio.js';
-import type { Upstream } from './proxy/upstream.js';
+import { startBridge } from './bridge/index.js';
+import { httpUpstreamTarget, type UpstreamTarget } from './proxy/upstream-target.js';
 import { buildGateway, type Gateway } from './server.js';
 import { createStore } from './store/create.js';
 import type { Store } from './store/store.js';
@@ -33,9 +32,20 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   const now = options.now ?? Date.now;
   const store = await createStore(config, { logger });
   const metrics = createMetrics(() => store.countPendingCharges());
-  const upstream: Upstream = config.upstream.command
-    ? await StdioUpstream.start(config.upstream.command, { logger })
-    : new HttpUpstream(config.upstream.url as string);
+  // A stdio upstream is served by the bridge on a private socket; the proxy reaches it like any HTTP upstream (SPEC §16).
+  const stdio = config.upstream.stdio;
+  const upstream: UpstreamTarget =
+    config.upstream.command && stdio
+      ? await startBridge({
+          command: config.upstream.command,
+          sessions: stdio.sessions,
+          maxChildren: stdio.maxChildren,
+          idleTimeoutMs: stdio.idleTimeout,
+          maxLineBytes: config.upstream.maxResponseBytes,
+          maxBodyBytes: config.server.bodyLimit,
+          logger,
+        })
+      : httpUpstreamTarget(config.upstream.url as string);
   const provider: PaymentProvider =
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })

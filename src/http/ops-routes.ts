@@ -1,12 +1,12 @@
 // Operator endpoints (SPEC §4, §10): liveness, readiness (store ping ≤ 500 ms, upstream probe), metrics.
 import type { FastifyInstance } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
-import type { Upstream } from '../proxy/upstream.js';
+import type { UpstreamTarget } from '../proxy/upstream-target.js';
 import type { Store } from '../store/store.js';
 
 const STORE_PING_TIMEOUT_MS = 500;
 
-export function registerOpsRoutes(app: FastifyInstance, deps: { store: Store; upstream: Upstream; metrics: Metrics; metricsConfig: { enabled: boolean; path: string } }): void {
+export function registerOpsRoutes(app: FastifyInstance, deps: { store: Store; upstream: UpstreamTarget; metrics: Metrics; metricsConfig: { enabled: boolean; path: string } }): void {
   app.get('/healthz', async () => ({ ok: true }));
 
   app.get('/readyz', async (_request, reply) => {

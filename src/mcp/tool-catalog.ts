@@ -1,10 +1,12 @@
 // What the upstream declares about its tools, learnt from the upstream itself (SPEC §5.4): a challenge
 // may carry structuredContent only for a tool without an outputSchema. The catalog lists the upstream's
-// tools on its own (legacy handshake, every page) and caches the answer briefly.
+// tools on its own (legacy handshake, every page) and caches the answer briefly. These are the
+// gateway's own requests, not forwarded traffic: undici straight to the target, replies read by the
+// one reply reader (proxy/reply-reader.ts).
 import { randomUUID } from 'node:crypto';
-import type { Upstream } from '../proxy/upstream.js';
-import { readCapped, parseJsonOrUndefined } from '../proxy/body.js';
-import { isEventStream } from '../proxy/headers.js';
+import { request } from 'undici';
+import { collectResponses, discard, responseTo } from '../proxy/reply-reader.js';
+import type { UpstreamTarget } from '../proxy/upstream-target.js';
 import { isObject, type JsonObject } from './jsonrpc.js';
 
 const CACHE_MS = 30_000;
@@ -13,15 +15,15 @@ const MAX_PAGES = 20;
 const MAX_BYTES = 4 * 1024 * 1024;
 
 export class ToolCatalog {
-  readonly #upstream: Upstream;
+  readonly #target: Pick<UpstreamTarget, 'url' | 'dispatcher'>;
   readonly #headers: Record<string, string>;
   readonly #now: () => number;
   #outputSchemas: Map<string, boolean> | null = null;
   #fetchedAt = Number.NEGATIVE_INFINITY; // last attempt (a failed one is backdated so it retries in 5 s)
   #inflight: Promise<void> | null = null;
 
-  constructor(upstream: Upstream, deps: { upstreamHeaders: Record<string, string>; now?: () => number }) {
-    this.#upstream = upstream;
+  constructor(target: Pick<UpstreamTarget, 'url' | 'dispatcher'>, deps: { upstreamHeaders: Record<string, string>; now?: () => number }) {
+    this.#target = target;
     this.#headers = deps.upstreamHeaders;
     this.#now = deps.now ?? Date.now;
   }
@@ -69,32 +71,31 @@ export class ToolCatalog {
       if (!cursor) break;
     }
     if (typeof sessionId === 'string') {
-      await this.#upstream
-        .send({ method: 'DELETE', path: '/', headers: { ...this.#headers, ...headers }, signal })
-        .then((r) => r.body.resume())
+      await request(this.#target.url, { method: 'DELETE', headers: { ...this.#headers, ...headers }, signal, dispatcher: this.#target.dispatcher })
+        .then((r) => discard(r.body))
         .catch(() => undefined);
     }
     return tools;
   }
 
-  async #post(body: JsonObject, extra: Record<string, string>, signal: AbortSignal): Promise<{ headers: Record<string, string | string[]>; message: JsonObject | undefined }> {
-    const response = await this.#upstream.send({
+  async #post(body: JsonObject, extra: Record<string, string>, signal: AbortSignal): Promise<{ headers: Record<string, string | string[] | undefined>; message: JsonObject | undefined }> {
+    const response = await request(this.#target.url, {
       method: 'POST',
-      path: '/',
       headers: { ...this.#headers, ...extra, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
       body: JSON.stringify(body),
       signal,
+      dispatcher: this.#target.dispatcher,
     });
-    const text = await readCapped(response.body, MAX_BYTES);
-    if (response.status >= 400) throw new Error(`upstream answered ${response.status}`);
-    if (!('id' in body)) return { headers: response.headers, message: undefined };
-    const messages = isEventStream(response.headers['content-type'])
-      ? text
-          .split(/\r?\n/)
-          .filter((line) => line.startsWith('data:'))
-          .map((line) => parseJsonOrUndefined(line.slice(5).trim()))
-      : [parseJsonOrUndefined(text)];
-    const message = messages.find((m) => isObject(m) && m.id === body.id) as JsonObject | undefined;
-    return { headers: response.headers, message };
+    if (response.statusCode >= 400) {
+      discard(response.body);
+      throw new Error(`upstream answered ${response.statusCode}`);
+    }
+    if (!('id' in body)) {
+      discard(response.body);
+      return { headers: response.headers, message: undefined };
+    }
+    const responses = await collectResponses(response.body, response.headers['content-type'], MAX_BYTES);
+    const reply = responseTo(responses, body.id as string);
+    return { headers: response.headers, message: reply !== null && reply !== 'ambiguous' ? (reply as unknown as JsonObject) : undefined };
   }
 }

@@ -49,6 +49,27 @@ export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: To
   return changed ? { ...result, tools } : null;
 }
 
+/** Rewrites the tools/list results inside one message or a batch; undefined when nothing changed. */
+export function rewriteToolsListMessages(parsed: unknown, pricing: ToolPricing): unknown {
+  if (Array.isArray(parsed)) {
+    let changed = false;
+    const out = parsed.map((message) => {
+      const one = rewriteOne(message, pricing);
+      if (one === undefined) return message;
+      changed = true;
+      return one;
+    });
+    return changed ? out : undefined;
+  }
+  return rewriteOne(parsed, pricing);
+}
+
+function rewriteOne(message: unknown, pricing: ToolPricing): unknown {
+  if (!looksLikeToolsListResponse(message)) return undefined;
+  const result = rewriteToolsListResult(message.result, pricing);
+  return result === null ? undefined : { ...(message as object), result };
+}
+
 function priceTool(tool: JsonObject, price: PriceTag, argumentName: string): JsonObject {
   const schema = isObject(tool.inputSchema) ? tool.inputSchema : { type: 'object' };
   const properties = isObject(schema.properties) ? schema.properties : {};

@@ -12,8 +12,7 @@ import type { Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
 import type { PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
-import type { ChargeRecord, SpendDecision, Store } from '../store/store.js';
-import type { ExchangeOutcome } from '../proxy/exchange.js';
+import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason, type ResultShape } from './challenge.js';
 import { challengeThrottleKey } from './client-key.js';
 import { hashHandle, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
@@ -68,6 +67,36 @@ interface CallFacts {
 export type Authorisation =
   | { kind: 'answer'; result: JsonObject; outcome: PaidOutcome; facts: CallFacts }
   | { kind: 'reserved'; handleHash: string; reservationId: string; forwardParams: JsonObject; facts: CallFacts };
+
+/**
+ * What happened upstream to a forwarded priced call (proxy/priced-call.ts reads it off the proxy's
+ * response hook). `accepted`: the upstream answered HTTP 2xx (charge: attempt keeps the credit then).
+ */
+export type CallOutcome =
+  /** HTTP 2xx and the one response that answers this call exactly. */
+  | { kind: 'answered'; message: JsonRpcResponse }
+  /** An upstream 4xx: relayed to the client unchanged. The tool never ran. */
+  | { kind: 'http_refusal'; status: number }
+  /** 5xx, unreachable, reset, unreadable, unmatched, too large, or the reply ended without the result. */
+  | { kind: 'failed'; accepted: boolean }
+  /** upstream.callDeadline passed. */
+  | { kind: 'deadline'; accepted: boolean };
+
+/** How a priced call ended: the message to send (null: the upstream's 4xx went as it came) and where its credit went ('unknown': the store failed). */
+export interface Conclusion {
+  state: 'committed' | 'released' | 'unknown';
+  message: JsonRpcResponse | null;
+}
+
+interface Settled {
+  state: 'committed' | 'released' | 'unknown';
+  remaining: number | null;
+  /** This call moved the credits (false: concluded elsewhere first, or the store failed). */
+  ours: boolean;
+}
+
+const DEADLINE_CHARGED = 'The tool did not finish in time and was stopped; the upstream had accepted the call, so its credit was spent. You may retry.';
+const FAILED_CHARGED = 'The tool server accepted the call but its answer could not be read; the credit was spent. Retry later.';
 
 const OPENING_WAIT_MS = 5_000;
 const OPENING_POLL_MS = 50;
@@ -129,41 +158,103 @@ export class Paywall {
     }
   }
 
-  /** §6.2 step 7 and §6.5: commit or release by the tool's charge policy; the final message to send. */
-  async conclude(priced: PricedCall, held: Extract<Authorisation, { kind: 'reserved' }>, outcome: ExchangeOutcome): Promise<JsonRpcResponse | null> {
-    const { store, metrics } = this.#deps;
-    const id = priced.call.request.id ?? null;
+  /**
+   * §6.2 step 7 and §6.5: commit or release by the tool's charge policy; the final message to send
+   * (null: the upstream's 4xx was relayed as it came). No successful result goes out unless its credit
+   * was committed: when the commit fails (the store is down) or finds the reservation already released,
+   * the result is withheld. A registered call (it has an upstream session, so its stream could be
+   * resumed elsewhere) may have been concluded by a resumed stream first: the registry says how.
+   */
+  async conclude(priced: PricedCall, held: Extract<Authorisation, { kind: 'reserved' }>, outcome: CallOutcome, registration: PricedRequestKey | null): Promise<Conclusion> {
     const { sku, cost, charge } = priced.price;
-    const succeeded = outcome.kind === 'answered' && isObject(outcome.message.result) && outcome.message.result.isError !== true;
-    const accepted = outcome.kind === 'answered' || outcome.kind === 'http_refusal' || outcome.accepted;
+    const succeeded = outcome.kind === 'answered' && isSuccess(outcome.message);
+    const accepted = outcome.kind === 'answered' || (outcome.kind !== 'http_refusal' && outcome.accepted);
     const keep = charge === 'attempt' ? accepted : succeeded;
 
-    let remaining: number | null = null;
+    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: priced.call.name, reqId: priced.reqId });
+    const spent = settled.ours && settled.state === 'committed' ? cost : 0;
+    const logOutcome: PaidOutcome = outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
+    if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent);
+
+    const state = settled.state;
+    return { state, message: await this.#finalMessage(priced, outcome, succeeded, settled) };
+  }
+
+  async #finalMessage(priced: PricedCall, outcome: CallOutcome, succeeded: boolean, settled: Settled): Promise<JsonRpcResponse | null> {
+    const id = priced.call.request.id ?? null;
+    const { sku, cost } = priced.price;
+    switch (outcome.kind) {
+      case 'answered':
+        if (!succeeded) return outcome.message; // an error or isError result carries nothing to withhold
+        if (settled.state === 'committed') return withReceipt(outcome.message, { sku, cost, remaining: settled.remaining });
+        if (settled.state === 'unknown') return { jsonrpc: '2.0', id, result: refusalResult('payments_unavailable', await priced.resultShape()) };
+        // Released before this result arrived (the deadline, on this replica or the reconciler's sweep).
+        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) };
+      case 'http_refusal':
+        return null;
+      case 'deadline':
+        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape(), settled.state === 'committed' ? { text: DEADLINE_CHARGED } : {}) };
+      case 'failed':
+        return { jsonrpc: '2.0', id, result: refusalResult('upstream_unavailable', await priced.resultShape(), settled.state === 'committed' ? { text: FAILED_CHARGED } : {}) };
+    }
+  }
+
+  /**
+   * §6.5 on a stream that is not the priced request's own — a GET stream, a Last-Event-ID replay,
+   * another request's POST — for a response to a registered priced request: what reaches the client.
+   * Committed: the result, with its receipt. Released: nothing. In flight (the upstream moved the
+   * request's stream here, or the owner is still waiting): concluded here on what the response says,
+   * exactly as the owner would have (commit and release are idempotent by reservation id, so whichever
+   * of the two concludes first decides, and the other finds the reservation gone and reads the registry).
+   */
+  async concludeResumed(key: PricedRequestKey, record: PricedRequestRecord, message: JsonRpcResponse): Promise<JsonRpcResponse | null> {
+    const { sku, cost } = record;
+    const succeeded = isSuccess(message);
+    if (record.state === 'committed') return succeeded ? withReceipt(message, { sku, cost, remaining: record.remaining }) : message;
+    if (record.state === 'released') return null;
+    const pastDeadline = this.#deps.now() > record.deadline;
+    const keep = !pastDeadline && (record.charge === 'attempt' || succeeded);
+    const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool });
+    if (settled.ours) {
+      const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : succeeded ? 'authorised' : 'upstream_error';
+      this.#logLine({ tool: record.tool, sku, facts: { tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
+    }
+    if (settled.state === 'committed') return succeeded ? withReceipt(message, { sku, cost, remaining: settled.remaining }) : message;
+    // Released here for an error result: the client may see the error. Released at the deadline, by
+    // another concluder, or unknown (the store failed): the response is dropped.
+    return settled.ours && !pastDeadline && !succeeded ? message : null;
+  }
+
+  /**
+   * Commits (keep) or releases one reservation and, for a registered call, records the conclusion.
+   * `ours` is true when this call moved the credits; otherwise the reservation was already concluded
+   * elsewhere and the registry (or, without one, "released") says how. 'unknown': the store failed.
+   */
+  async #settle(
+    handleHash: string,
+    reservationId: string,
+    keep: boolean,
+    registration: PricedRequestKey | null,
+    context: { sku: string; cost: number; tool: string; reqId?: string | undefined },
+  ): Promise<Settled> {
+    const { store, metrics } = this.#deps;
     try {
-      remaining = keep ? await store.commit(held.handleHash, held.reservationId, priced.call.name) : await store.release(held.handleHash, held.reservationId);
-      metrics.credits.inc({ sku, kind: keep ? 'spent' : 'refunded' }, cost);
+      const remaining = keep ? await store.commit(handleHash, reservationId, context.tool) : await store.release(handleHash, reservationId);
+      if (remaining !== null) {
+        metrics.credits.inc({ sku: context.sku, kind: keep ? 'spent' : 'refunded' }, context.cost);
+        if (registration) this.#background('concludePricedRequest', store.concludePricedRequest(registration, keep ? 'committed' : 'released', keep ? remaining : null));
+        return { state: keep ? 'committed' : 'released', remaining, ours: true };
+      }
+      if (!registration) return { state: 'released', remaining: null, ours: false };
+      const record = await store.getPricedRequest(registration);
+      if (record?.state === 'committed') return { state: 'committed', remaining: record.remaining, ours: false };
+      // Gone without a recorded commit: released (by the reconciler after a crash, or a conclusion whose registry write is still on its way).
+      if (record?.state === 'in_flight') this.#background('concludePricedRequest', store.concludePricedRequest(registration, 'released', null));
+      return { state: 'released', remaining: null, ours: false };
     } catch (error) {
       // The reconciler releases the reservation after its deadline: the payer is never charged for this.
-      this.#countFailure(priced, error, keep ? 'commit' : 'release');
-    }
-
-    const logOutcome: PaidOutcome = outcome.kind === 'aborted' && outcome.reason === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'failed' ? 'upstream_error' : 'authorised';
-    this.#logCall(priced, logOutcome, held.facts, keep ? cost : 0);
-
-    switch (outcome.kind) {
-      case 'answered': {
-        if (!succeeded || remaining === null || !keep) return outcome.message;
-        const result = outcome.message.result as JsonObject;
-        const meta = isObject(result._meta) ? result._meta : {};
-        return { ...outcome.message, result: { ...result, _meta: { ...meta, [RECEIPT_META_KEY]: { sku, cost, remaining } } } };
-      }
-      case 'http_refusal':
-        return null; // relayed as it came
-      case 'aborted':
-        if (outcome.reason === 'client_gone') return null;
-        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape(), keep ? { text: 'The tool did not finish in time and was stopped. You may retry.' } : {}) };
-      case 'failed':
-        return { jsonrpc: '2.0', id, result: refusalResult('upstream_unavailable', await priced.resultShape()) };
+      this.#countStoreFailure(context.reqId, error, keep ? 'commit' : 'release');
+      return { state: 'unknown', remaining: null, ours: false };
     }
   }
 
@@ -329,16 +420,42 @@ export class Paywall {
   }
 
   #countFailure(priced: PricedCall, error: unknown, op = 'authorise'): void {
+    this.#countStoreFailure(priced.reqId, error, op);
+  }
+
+  #countStoreFailure(reqId: string | undefined, error: unknown, op: string): void {
     const code = failureCode(error);
     if (error instanceof GatewayError && error.code === 'TB_ERR_STORE_UNAVAILABLE') this.#deps.metrics.storeErrors.inc({ op });
-    this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId: priced.reqId, op, code }, 'a priced call was refused because the store or the payment provider failed');
+    this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId, op, code }, 'a priced call was refused or withheld because the store or the payment provider failed');
+  }
+
+  /** A registry write that must not delay the answer; a failure only weakens what a later resumed stream can prove (it then drops). */
+  #background(op: string, work: Promise<unknown>): void {
+    work.catch((error: unknown) => this.#countStoreFailure(undefined, error, op));
   }
 
   #logCall(priced: PricedCall, outcome: PaidOutcome, facts: CallFacts, cost: number): void {
-    const { metrics, logger, now } = this.#deps;
-    metrics.paidCalls.inc({ tool: priced.call.name, sku: priced.price.sku, outcome });
-    logger.info({ evt: 'call', reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, ...facts, outcome, cost, durationMs: now() - priced.startedAt });
+    this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts, outcome, cost, startedAt: priced.startedAt });
   }
+
+  /** The one log line (and counter) of a priced call (SPEC §10), wherever it is concluded. */
+  #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean }): void {
+    const { metrics, logger, now } = this.#deps;
+    metrics.paidCalls.inc({ tool: line.tool, sku: line.sku, outcome: line.outcome });
+    logger.info({ evt: 'call', reqId: line.reqId, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}) });
+  }
+}
+
+/** A result without isError: what a paid call is charged for under `charge: success`. */
+function isSuccess(message: JsonRpcResponse): boolean {
+  return isObject(message.result) && message.result.isError !== true;
+}
+
+/** The result with `_meta["xyz.tollbooth/receipt"]` (§6.2 step 7); `remaining` is the balance after this call's commit. */
+function withReceipt(message: JsonRpcResponse, receipt: { sku: string; cost: number; remaining: number | null }): JsonRpcResponse {
+  const result = message.result as JsonObject;
+  const meta = isObject(result._meta) ? result._meta : {};
+  return { ...message, result: { ...result, _meta: { ...meta, [RECEIPT_META_KEY]: receipt } } };
 }
 
 /** A failure's stable code for logs: the gateway code, or provider_<kind>. */

@@ -118,6 +118,11 @@ export class KeySpace {
     return `${this.prefix}{dev:${id}}`;
   }
 
+  /** Hash: JSON-RPC id → priced-request record, for one upstream session (its hash). SPEC §6.5. */
+  pricedRequests(sessionHash: string): string {
+    return `${this.prefix}{pr:${sessionHash}}`;
+  }
+
   /** String: a claimed provider event. The id is hashed: it is any printable text (braces included) up to 200 characters. */
   event(source: string, eventId: string): string {
     return `${this.prefix}{ev:${createHash('sha256').update(`${source}\n${eventId}`).digest('hex')}}`;

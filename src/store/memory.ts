@@ -31,6 +31,8 @@ import {
   type LedgerRange,
   type NewHandle,
   type OpenChargeRequest,
+  type PricedRequestKey,
+  type PricedRequestRecord,
   type PaymentNonceClaim,
   type PaymentNonceKey,
   type PaymentNonceOutcome,
@@ -127,6 +129,8 @@ export class MemoryStore implements Store {
   /** Claimed provider events: "source\nid" → when it is forgotten. */
   private readonly events = new Map<string, number>();
   private readonly devLinks = new Map<string, DevLink>();
+  /** Priced-request registry: session hash → its forwarded priced requests (one lifetime per session). */
+  private readonly pricedRequests = new Map<string, { expiresAt: number; requests: Map<string, PricedRequestRecord> }>();
   private nextSweepAt: number;
 
   constructor(options: { now?: () => number; ledgerRetentionMs?: number } = {}) {
@@ -571,6 +575,42 @@ export class MemoryStore implements Store {
     if (ledger) ledger.endsAt = Math.max(ledger.endsAt, handleExpiresAt + this.ledgerRetentionMs);
   }
 
+
+  // ── priced-request registry (SPEC §6.5) ────────────────────────────────────────────────────────────
+
+  async registerPricedRequest(key: PricedRequestKey, record: PricedRequestRecord, ttlMs: number): Promise<void> {
+    const now = this.now();
+    let session = this.pricedRequests.get(key.session);
+    if (!session || session.expiresAt <= now) this.pricedRequests.set(key.session, (session = { expiresAt: 0, requests: new Map() }));
+    session.requests.set(key.requestId, { ...record });
+    // One lifetime per session, as the Redis hash has: it is never shortened.
+    session.expiresAt = Math.max(session.expiresAt, now + ttlMs);
+  }
+
+  async getPricedRequest(key: PricedRequestKey): Promise<PricedRequestRecord | null> {
+    const record = this.pricedRequest(key);
+    return record ? { ...record } : null;
+  }
+
+  async concludePricedRequest(key: PricedRequestKey, state: 'committed' | 'released', remaining: number | null): Promise<PricedRequestRecord | null> {
+    const record = this.pricedRequest(key);
+    if (!record) return null;
+    if (record.state === 'in_flight') {
+      record.state = state;
+      record.remaining = state === 'committed' ? remaining : null;
+    }
+    return { ...record };
+  }
+
+  private pricedRequest(key: PricedRequestKey): PricedRequestRecord | null {
+    const session = this.pricedRequests.get(key.session);
+    if (!session) return null;
+    if (session.expiresAt > this.now()) return session.requests.get(key.requestId) ?? null;
+    this.pricedRequests.delete(key.session);
+    return null;
+  }
+
+  // ── end of the priced-request registry ───────────────────────────────────────────────────────────
   // ── x402 authorizations (SPEC §19) ───────────────────────────────────────────────────────────────
   // One record per authorization nonce; no await between the look-up and the write, so the first
   // claim wins. Expired records are dropped on access and by a sweep at most once a minute.
@@ -644,6 +684,7 @@ export class MemoryStore implements Store {
     for (const [id, link] of this.devLinks) if (link.expiresAt + RETENTION_MS <= now) this.devLinks.delete(id);
     for (const [key, bucket] of this.challengeBuckets) if (bucket.fullAt <= now) this.challengeBuckets.delete(key);
     for (const [name, lease] of this.leases) if (lease.expiresAt <= now) this.leases.delete(name);
+    for (const [session, entry] of this.pricedRequests) if (entry.expiresAt <= now) this.pricedRequests.delete(session);
     for (const [key, forgetAt] of this.events) if (forgetAt <= now) this.events.delete(key);
   }
 

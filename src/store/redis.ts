@@ -34,6 +34,8 @@ import {
   type LedgerRange,
   type NewHandle,
   type OpenChargeRequest,
+  type PricedRequestKey,
+  type PricedRequestRecord,
   type PaymentNonceClaim,
   type PaymentNonceKey,
   type PaymentNonceOutcome,
@@ -581,6 +583,25 @@ export class RedisStore implements Store {
     return found.slice(0, limit);
   }
 
+  // ── priced-request registry (SPEC §6.5) ────────────────────────────────────────────────────────────
+  // One key per upstream session (its own slot), one field per request: each call touches one key.
+
+  async registerPricedRequest(key: PricedRequestKey, record: PricedRequestRecord, ttlMs: number): Promise<void> {
+    const hash = this.keys.pricedRequests(key.session);
+    await this.call('registerPricedRequest', () => this.run('tbRegisterPricedRequest', [hash], [key.requestId, JSON.stringify(record), ttlMs, this.now()]));
+  }
+
+  async getPricedRequest(key: PricedRequestKey): Promise<PricedRequestRecord | null> {
+    return parsePricedRequest(await this.call('getPricedRequest', () => this.client.hget(this.keys.pricedRequests(key.session), key.requestId)));
+  }
+
+  async concludePricedRequest(key: PricedRequestKey, state: 'committed' | 'released', remaining: number | null): Promise<PricedRequestRecord | null> {
+    const hash = this.keys.pricedRequests(key.session);
+    return parsePricedRequest(await this.call('concludePricedRequest', () => this.run('tbConcludePricedRequest', [hash], [key.requestId, state, remaining ?? ''])));
+  }
+
+  // ── end of the priced-request registry ───────────────────────────────────────────────────────────
+
   // ── x402 authorizations (SPEC §19) ───────────────────────────────────────────────────────────────
   // One string key per nonce under the payer's hash tag (keys.ts). The claim is `SET NX PX`: one
   // atomic command, so the first claim wins on any replica and in Cluster mode.
@@ -737,6 +758,10 @@ const asArray = (reply: Reply): Reply[] => (Array.isArray(reply) ? reply : [repl
 
 function parseCharge(raw: Reply | undefined): ChargeRecord | null {
   return typeof raw === 'string' ? (JSON.parse(raw) as ChargeRecord) : null;
+}
+
+function parsePricedRequest(raw: Reply | undefined): PricedRequestRecord | null {
+  return typeof raw === 'string' ? (JSON.parse(raw) as PricedRequestRecord) : null;
 }
 
 /** The handle keys on one node (standalone or a Cluster master) that are live and carry this fingerprint. */

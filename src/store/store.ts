@@ -187,6 +187,17 @@ export interface Store {
   /** Entries of one ledger in seq order, at most range.limit (a page: pass the last one as `after` for the next). */
   readLedger(account: LedgerAccount, range: LedgerRange): Promise<LedgerEntry[]>;
 
+
+  // ── priced-request registry (SPEC §6.5; docs/decisions.md "A released call's late result") ──────
+  /** Records a forwarded priced request before its reply can be resumed elsewhere; kept `ttlMs`. */
+  registerPricedRequest(key: PricedRequestKey, record: PricedRequestRecord, ttlMs: number): Promise<void>;
+  getPricedRequest(key: PricedRequestKey): Promise<PricedRequestRecord | null>;
+  /**
+   * in_flight → `state` (with the balance left after a commit); a request already concluded keeps its
+   * state. Returns the record as it is after the call, or null when the store does not know it.
+   */
+  concludePricedRequest(key: PricedRequestKey, state: 'committed' | 'released', remaining: number | null): Promise<PricedRequestRecord | null>;
+  // ── end of the priced-request registry ─────────────────────────────────────────────────────────
   // ── x402 authorizations (SPEC §19) ──────────────────────────────────────────────────────────────
   /** First claim wins: true for exactly one caller per key (any replica). Kept until max(expiresAt, now + PAYMENT_NONCE_MIN_TTL_MS). */
   claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean>;
@@ -305,6 +316,45 @@ export interface PaymentNonceRecord extends PaymentNonceClaim {
   transaction: string | null;
   finishedAt: number | null;
 }
+
+// ── priced-request registry (SPEC §6.5) ───────────────────────────────────────────────────────────
+
+/**
+ * A forwarded priced request, by upstream session and JSON-RPC id. The session is a hash (the store
+ * never sees an upstream session id); the id is JSON-serialised so 5 and "5" are different requests.
+ */
+export interface PricedRequestKey {
+  session: string;
+  requestId: string;
+}
+
+export type PricedRequestState = 'in_flight' | 'committed' | 'released';
+
+export interface PricedRequestRecord {
+  state: PricedRequestState;
+  handleHash: string;
+  reservationId: string;
+  tool: string;
+  sku: string;
+  cost: number;
+  charge: 'success' | 'attempt';
+  /** Epoch ms: past it an in-flight request is concluded as released wherever its reply turns up. */
+  deadline: number;
+  /** The balance after the commit (the receipt of a resumed result); null until committed. */
+  remaining: number | null;
+  /** For the call's log line where it is concluded (§10): not a secret. */
+  fingerprint: string | null;
+  startedAt: number;
+}
+
+/**
+ * How long the registry remembers a priced request: an upstream may replay a stream for as long as its
+ * session and event store live. A day outlives the sessions of the SDK servers we test against and every
+ * replay window we know of; docs/decisions.md says what happens past it.
+ */
+export const PRICED_REQUEST_TTL_MS = 24 * 3_600_000;
+
+// ── end of the priced-request registry ───────────────────────────────────────────────────────────
 
 export interface DevLink {
   id: string;

@@ -153,7 +153,7 @@ export async function scrape(origin: string): Promise<string> {
 
 export type CallOutcome =
   | { kind: 'paid'; remaining: number; ms: number }
-  | { kind: 'ok'; ms: number } // a result without a receipt: a free tool, or a paid call whose commit failed
+  | { kind: 'ok'; ms: number } // a result without a receipt: a free tool (a paid call's result never comes without one, SPEC §6.5)
   | { kind: 'tool_error'; ms: number } // isError from the upstream itself
   | { kind: 'challenged'; reason: string; handle: string; checkoutUrl: string; ms: number }
   | { kind: 'refused'; reason: string; ms: number }

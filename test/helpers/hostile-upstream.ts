@@ -38,7 +38,23 @@ export type HostileBehaviour =
   /** a result for another request id */
   | 'wrong-id'
   /** a result with isError: true */
-  | 'tool-error';
+  | 'tool-error'
+  /** the result under the id as a string ("1" for 1), JSON */
+  | 'json-string-id'
+  /** the result under the id as a string, in an event stream */
+  | 'sse-string-id'
+  /** the result wrapped in an array inside an event */
+  | 'sse-array-wrapped'
+  /** the result twice, in one write */
+  | 'sse-two-results'
+  /** a result for another id, then the right one */
+  | 'sse-other-id-first'
+  /** a batch reply that answers the tools/call entry twice */
+  | 'batch-duplicate'
+  /** a batch reply whose ids are all strings */
+  | 'batch-string-ids'
+  /** a batch reply without the tools/call entry's reply */
+  | 'batch-missing';
 
 export interface HostileCall {
   name: string;
@@ -101,7 +117,8 @@ export async function startHostileUpstream(): Promise<HostileUpstream> {
       const params = (message.params ?? {}) as Record<string, unknown>;
       if (message.method === 'tools/call') {
         state.calls.push({ name: String(params.name), arguments: (params.arguments ?? {}) as Record<string, unknown> });
-        toolCallId = message.id;
+        // The entry the misbehaviour targets: the first tools/call of the batch (the priced one in the cases).
+        if (toolCallId === undefined) toolCallId = message.id;
         replies.push(result(message.id, { content: [{ type: 'text', text: JSON.stringify(params.arguments ?? {}) }] }));
       } else if (message.method === 'initialize') {
         replies.push(result(message.id, { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'hostile', version: '1.0.0' } }));
@@ -191,6 +208,24 @@ export async function startHostileUpstream(): Promise<HostileUpstream> {
         return sendJson(res, { jsonrpc: '2.0', id: 'not-your-id', result: { content: [] } });
       case 'tool-error':
         return sendJson(res, { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: 'it broke' }], isError: true } });
+      case 'json-string-id':
+        return sendJson(res, { ...(reply as object), id: String(id) });
+      case 'sse-string-id':
+        return sendSse(res, [{ ...(reply as object), id: String(id) }]);
+      case 'sse-array-wrapped':
+        return sendSse(res, [[reply]]);
+      case 'sse-two-results':
+        return sendSse(res, [reply, reply]);
+      case 'sse-other-id-first':
+        return sendSse(res, [{ jsonrpc: '2.0', id: 'not-your-id', result: { content: [] } }, reply]);
+      case 'batch-duplicate': {
+        const replies = reply as { id: unknown }[];
+        return sendJson(res, [...replies, ...replies.filter((r) => r.id === id)]);
+      }
+      case 'batch-string-ids':
+        return sendJson(res, (reply as { id: unknown }[]).map((r) => ({ ...r, id: String(r.id) })));
+      case 'batch-missing':
+        return sendJson(res, (reply as { id: unknown }[]).filter((r) => r.id !== id));
     }
   }
 
@@ -207,6 +242,12 @@ export async function startHostileUpstream(): Promise<HostileUpstream> {
 
 function result(id: unknown, value: unknown): unknown {
   return { jsonrpc: '2.0', id, result: value };
+}
+
+/** One event per message, all in one write (one network chunk). */
+function sendSse(res: ServerResponse, messages: unknown[]): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  res.end(messages.map((message) => `event: message\ndata: ${JSON.stringify(message)}\n\n`).join(''));
 }
 
 function sendJson(res: ServerResponse, body: unknown): void {

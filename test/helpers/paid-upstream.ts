@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 import { z } from 'zod';
 
 export interface ReceivedCall {
@@ -26,9 +27,26 @@ export interface RecordingUpstream<C extends ReceivedCall = ReceivedCall> {
   close(): Promise<void>;
 }
 
-export type PaidUpstream = RecordingUpstream;
+export interface PaidUpstream extends RecordingUpstream {
+  /** notifications/cancelled the upstream received (all modes), with the session they named. */
+  cancellations: { requestId: unknown; sessionId: string | undefined }[];
+}
 
-export type UpstreamMode = 'stateless-json' | 'sessions-sse';
+/**
+ * - `stateless-json`: a fresh transport per request, JSON replies, no sessions;
+ * - `sessions-sse`: sessions, SSE replies;
+ * - `sessions-resumable`: sessions, SSE replies and an event store (the SDK's `InMemoryEventStore`):
+ *   every event carries an id, a priming event opens each POST stream (2025-11-25 clients), and a
+ *   GET with `Last-Event-ID` replays a stream, re-mapping its request to the GET connection.
+ */
+export type UpstreamMode = 'stateless-json' | 'sessions-sse' | 'sessions-resumable';
+
+export interface PaidUpstreamOptions {
+  /** Drop notifications/cancelled before the SDK sees them: a cancelled tool finishes and its result is stored. */
+  ignoreCancellation?: boolean;
+  /** `retry:` of the priming event (sessions-resumable), ms; default 100. */
+  retryMs?: number;
+}
 
 function buildServer(record: (call: ReceivedCall) => void, headersOf: () => ReceivedCall['headers']): McpServer {
   const server = new McpServer({ name: 'paid-upstream', version: '1.0.0' });
@@ -73,6 +91,18 @@ function buildServer(record: (call: ReceivedCall) => void, headersOf: () => Rece
     },
   );
   server.registerTool(
+    'polling',
+    { description: 'Closes its SSE stream (2025-11-25 polling), waits ms milliseconds, then answers on the resumed stream.', inputSchema: { ms: z.number() } },
+    async (args, extra) => {
+      recorded('polling', args);
+      const token = extra._meta?.progressToken;
+      if (token !== undefined) await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2 } });
+      extra.closeSSEStream?.();
+      await sleep(args.ms);
+      return text('polled:' + args.ms);
+    },
+  );
+  server.registerTool(
     'with_schema',
     { description: 'Returns the temperature.', inputSchema: { city: z.string().optional() }, outputSchema: { temp: z.number() } },
     async (args) => {
@@ -83,9 +113,10 @@ function buildServer(record: (call: ReceivedCall) => void, headersOf: () => Rece
   return server;
 }
 
-export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json'): Promise<PaidUpstream> {
+export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json', options: PaidUpstreamOptions = {}): Promise<PaidUpstream> {
   const calls: ReceivedCall[] = [];
   const bodies: string[] = [];
+  const cancellations: PaidUpstream['cancellations'] = [];
   const sessions = new Map<string, StreamableHTTPServerTransport>();
   let currentHeaders: ReceivedCall['headers'] = {};
 
@@ -96,6 +127,15 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json'): 
     if (raw) bodies.push(raw);
     const parsed = raw ? (JSON.parse(raw) as unknown) : undefined;
     currentHeaders = { ...req.headers };
+    const message = parsed as { method?: unknown; params?: { requestId?: unknown } } | undefined;
+    if (message?.method === 'notifications/cancelled') {
+      const sessionHeader = req.headers['mcp-session-id'];
+      cancellations.push({ requestId: message.params?.requestId, sessionId: typeof sessionHeader === 'string' ? sessionHeader : undefined });
+      if (options.ignoreCancellation) {
+        res.writeHead(202).end();
+        return;
+      }
+    }
     if (mode === 'stateless-json') {
       const server = buildServer((c) => calls.push(c), () => currentHeaders);
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
@@ -116,6 +156,7 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json'): 
       }
       const created = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
+        ...(mode === 'sessions-resumable' ? { eventStore: new InMemoryEventStore(), retryInterval: options.retryMs ?? 100 } : {}),
         onsessioninitialized: (id) => {
           sessions.set(id, created);
         },
@@ -129,9 +170,10 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json'): 
     await transport.handleRequest(req, res, parsed);
   };
 
-  return listenRecording(handle, calls, bodies, async () => {
+  const recording = await listenRecording(handle, calls, bodies, async () => {
     for (const transport of sessions.values()) await transport.close().catch(() => undefined);
   });
+  return { ...recording, cancellations };
 }
 
 /**

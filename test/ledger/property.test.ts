@@ -1,6 +1,7 @@
 // Property (SPEC §17): whatever the interleaving of challenges, payments (full, partial, under the
 // minimum), concurrent paid calls with every ending (success, isError, JSON-RPC error, deadline,
-// client gone, upstream failure, HTTP refusal; `success` and `attempt` tools), operator grants,
+// the client gone while the tool finishes, upstream failures, HTTP refusal; `success` and `attempt`
+// tools), operator grants,
 // gateway crashes mid-call, reconciler passes and handle expiry, afterwards
 //   - `ledger verify` agrees (every handle's entries add up to its balance plus reservations),
 //   - the spend entries add up to exactly the calls the upstream carried out and that were charged,
@@ -10,19 +11,17 @@
 // the dev provider; only the upstream's answer is chosen by the generator.
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import type { ToolCall } from '../../src/mcp/classify.js';
 import type { JsonRpcResponse } from '../../src/mcp/jsonrpc.js';
 import type { PriceTag } from '../../src/mcp/tools-list.js';
-import { GatewayError } from '../../src/errors.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { DevProvider } from '../../src/payments/dev.js';
 import { Reconciler } from '../../src/payments/reconciler.js';
 import { Settler } from '../../src/payments/settle.js';
 import { CHALLENGE_META_KEY, RECEIPT_META_KEY } from '../../src/paywall/challenge.js';
-import { Paywall, type Authorisation, type PricedCall } from '../../src/paywall/decide.js';
-import type { ExchangeOutcome } from '../../src/proxy/exchange.js';
+import { Paywall, type Authorisation, type CallOutcome, type PricedCall } from '../../src/paywall/decide.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import { RedisStore } from '../../src/store/redis.js';
 import type { Store } from '../../src/store/store.js';
@@ -34,8 +33,8 @@ const MINUTE = 60_000;
 const CALL_DEADLINE_MS = 20_000;
 const PAYERS = 2;
 
-type Ending = 'success' | 'is_error' | 'jsonrpc_error' | 'deadline' | 'client_gone_completed' | 'client_gone_cancelled' | 'failed_refused' | 'failed_5xx' | 'http_refusal';
-const ENDINGS: Ending[] = ['success', 'is_error', 'jsonrpc_error', 'deadline', 'client_gone_completed', 'client_gone_cancelled', 'failed_refused', 'failed_5xx', 'http_refusal'];
+type Ending = 'success' | 'is_error' | 'jsonrpc_error' | 'deadline' | 'deadline_unaccepted' | 'client_gone_completed' | 'failed_refused' | 'failed_5xx' | 'http_refusal';
+const ENDINGS: Ending[] = ['success', 'is_error', 'jsonrpc_error', 'deadline', 'deadline_unaccepted', 'client_gone_completed', 'failed_refused', 'failed_5xx', 'http_refusal'];
 
 type Command =
   | { op: 'challenge'; payer: number }
@@ -71,10 +70,9 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ op: fc.constant('expire' as const) }) },
 );
 
-/** What the upstream did, as the exchange reports it. */
-function exchangeOutcome(ending: Ending, id: number): ExchangeOutcome {
-  const answered = (message: Omit<JsonRpcResponse, 'jsonrpc' | 'id'>): ExchangeOutcome => ({ kind: 'answered', message: { jsonrpc: '2.0', id, ...message } as JsonRpcResponse });
-  const failure = new GatewayError('TB_ERR_UPSTREAM_UNAVAILABLE', 'test');
+/** What the upstream did, as the proxy reports it to the paywall. */
+function callOutcome(ending: Ending, id: number): CallOutcome {
+  const answered = (message: Omit<JsonRpcResponse, 'jsonrpc' | 'id'>): CallOutcome => ({ kind: 'answered', message: { jsonrpc: '2.0', id, ...message } as JsonRpcResponse });
   switch (ending) {
     case 'success':
     case 'client_gone_completed': // §6.5: read to its end whether or not the client is still there
@@ -84,13 +82,13 @@ function exchangeOutcome(ending: Ending, id: number): ExchangeOutcome {
     case 'jsonrpc_error':
       return answered({ error: { code: -32000, message: 'boom' } });
     case 'deadline':
-      return { kind: 'aborted', accepted: true, reason: 'deadline' };
-    case 'client_gone_cancelled': // a 2026-07-28 client that closes its stream cancels the call
-      return { kind: 'aborted', accepted: true, reason: 'client_gone' };
+      return { kind: 'deadline', accepted: true };
+    case 'deadline_unaccepted':
+      return { kind: 'deadline', accepted: false };
     case 'failed_refused':
-      return { kind: 'failed', accepted: false, error: failure };
+      return { kind: 'failed', accepted: false };
     case 'failed_5xx':
-      return { kind: 'failed', accepted: true, error: failure };
+      return { kind: 'failed', accepted: true };
     case 'http_refusal':
       return { kind: 'http_refusal', status: 400 };
   }
@@ -99,7 +97,8 @@ function exchangeOutcome(ending: Ending, id: number): ExchangeOutcome {
 /** Did the upstream carry the call out in a way its charge policy charges for (§6.5)? */
 function charged(ending: Ending, charge: 'success' | 'attempt'): boolean {
   if (charge === 'success') return ending === 'success' || ending === 'client_gone_completed';
-  return !['failed_refused'].includes(ending); // attempt: the upstream accepted it
+  // attempt: the upstream accepted the call (answered, or 2xx before it failed or ran out of time)
+  return !['failed_refused', 'deadline_unaccepted', 'http_refusal'].includes(ending);
 }
 
 /** Authorisation outcomes over every run, to show the generator reaches paid calls. */
@@ -172,10 +171,11 @@ async function runCommands(store: Store, clock: { at: number }, commands: Comman
       return false;
     }
     const id = call.call.request.id as number;
-    const final = await paywall.conclude(call, held, exchangeOutcome(ending, id));
+    const conclusion = await paywall.conclude(call, held, callOutcome(ending, id), null);
     if (charged(ending, charge)) totals.charged += cost;
+    if (conclusion.state !== (charged(ending, charge) ? 'committed' : 'released')) throw new Error(`${charge}/${ending} ended ${conclusion.state}`);
     // A receipt is shown exactly for a charged success (§6.5).
-    const receipt = (final?.result as { _meta?: Record<string, unknown> } | undefined)?._meta?.[RECEIPT_META_KEY];
+    const receipt = (conclusion.message?.result as { _meta?: Record<string, unknown> } | undefined)?._meta?.[RECEIPT_META_KEY];
     if (Boolean(receipt) !== (charge === 'success' ? charged(ending, charge) : charged(ending, charge) && (ending === 'success' || ending === 'client_gone_completed'))) {
       throw new Error(`receipt ${receipt ? 'shown' : 'missing'} for ${charge}/${ending}`);
     }
@@ -293,8 +293,6 @@ async function checkProperty(t: Test, name: string, makeStore: (clock: { at: num
   for (const key of Object.keys(outcomes)) delete outcomes[key];
   t.equal(runs, numRuns);
 }
-
-type Test = Parameters<Parameters<typeof t.test>[1]>[0];
 
 t.test('memory: any interleaving leaves a ledger that verifies and spends exactly the charged calls', async (t) => {
   await checkProperty(t, 'memory', async (clock) => new MemoryStore({ now: () => clock.at }), 100, true);

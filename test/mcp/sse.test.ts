@@ -1,6 +1,6 @@
 // The incremental SSE parser/rewriter (SPEC §5.2 streaming, §5.3 ids and retry lines kept).
 import t from 'tap';
-import { rewriteSse, SseEventTooLargeError, type SseEvent, type SseHook } from '../../src/mcp/sse.js';
+import { DROP_DATA, readSseEvents, rewriteSse, SseEventTooLargeError, type SseEvent, type SseHook } from '../../src/mcp/sse.js';
 
 const identity: SseHook = () => undefined;
 const limits = { maxEventBytes: 1024 * 1024 };
@@ -151,4 +151,23 @@ t.test('events before a held (async) event in the same chunk are yielded before 
   const second = iterator.next();
   release('final');
   t.same(await second, { done: false, value: 'data: final\n\n' });
+});
+
+t.test('readSseEvents yields each event once complete, a final one without its blank line too, and no stray blank lines', async (t) => {
+  const events: SseEvent[] = [];
+  for await (const event of readSseEvents(chunksOf('\n\nid: 1\ndata: a\n', 'data: b\n\n', 'data: tail'), limits)) events.push(event);
+  t.same(events, [
+    { lines: ['id: 1', 'data: a', 'data: b'], data: 'a\nb' },
+    { lines: ['data: tail'], data: 'tail' },
+  ]);
+});
+
+t.test('a hook answering DROP_DATA removes the data lines and keeps the id (the client dispatches nothing)', async (t) => {
+  t.equal(await collect(chunksOf('id: 7\nevent: message\ndata: {"secret":1}\n\ndata: kept\n\n'), (event) => (event.data?.includes('secret') ? DROP_DATA : undefined)), 'id: 7\nevent: message\n\ndata: kept\n\n');
+});
+
+t.test('a long line arriving in many small chunks is one line (only the new text of each chunk is scanned)', async (t) => {
+  const line = `data: ${'x'.repeat(200_000)}`;
+  const chunks = Array.from({ length: Math.ceil(line.length / 100) }, (_, i) => line.slice(i * 100, i * 100 + 100));
+  t.equal(await collect(chunksOf(...chunks, '\r', '\n\n')), `${line}\n\n`);
 });

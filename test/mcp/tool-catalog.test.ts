@@ -4,13 +4,13 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import { ToolCatalog } from '../../src/mcp/tool-catalog.js';
-import { HttpUpstream } from '../../src/proxy/upstream-http.js';
+import { httpUpstreamTarget } from '../../src/proxy/upstream-target.js';
 import { startPaidUpstream, type UpstreamMode } from '../helpers/paid-upstream.js';
 
-for (const mode of ['stateless-json', 'sessions-sse'] as UpstreamMode[]) {
+for (const mode of ['stateless-json', 'sessions-sse', 'sessions-resumable'] as UpstreamMode[]) {
   t.test(`learns which tools declare an outputSchema from a ${mode} upstream`, async (t) => {
     const paid = await startPaidUpstream(mode);
-    const upstream = new HttpUpstream(paid.url);
+    const upstream = httpUpstreamTarget(paid.url);
     t.teardown(async () => {
       await upstream.close();
       await paid.close();
@@ -37,7 +37,7 @@ t.test('the answer is cached for 30 s, then fetched again; concurrent askers sha
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
-  const upstream = new HttpUpstream(`http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`);
+  const upstream = httpUpstreamTarget(`http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`);
   t.teardown(async () => {
     await upstream.close();
     server.close();
@@ -63,8 +63,10 @@ t.test('an unreachable upstream means unknown, retried after 5 s rather than on 
   dead.close();
   await once(dead, 'close');
   let attempts = 0;
-  const upstream = new HttpUpstream(url);
-  const counting = { ...upstream, kind: upstream.kind, probe: () => upstream.probe(), close: () => upstream.close(), send: (r: Parameters<HttpUpstream['send']>[0]) => (attempts++, upstream.send(r)) };
+  const upstream = httpUpstreamTarget(url);
+  const dispatcher = upstream.dispatcher;
+  // Counts the requests the catalog sends (each one fails: nothing listens).
+  const counting = { url, dispatcher: new Proxy(dispatcher, { get: (target, key) => (key === 'dispatch' ? (...args: unknown[]) => (attempts++, (target.dispatch as (...a: unknown[]) => boolean).apply(target, args)) : Reflect.get(target, key)) }) };
   t.teardown(() => upstream.close());
   let now = 5_000_000;
   const catalog = new ToolCatalog(counting, { upstreamHeaders: {}, now: () => now });
@@ -77,4 +79,28 @@ t.test('an unreachable upstream means unknown, retried after 5 s rather than on 
   now += 5_000;
   await catalog.declaresOutputSchema('with_schema');
   t.ok(attempts > afterFirst, 'retried after 5 s');
+});
+
+t.test('an event-stream reply whose JSON spans several data: lines is read whole (SSE joins them with newlines)', async (t) => {
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c));
+    req.on('end', () => {
+      const message = body ? (JSON.parse(body) as { id?: string; method: string }) : { method: 'DELETE' };
+      if (message.id === undefined) return void res.writeHead(202).end();
+      const result = message.method === 'initialize' ? { protocolVersion: '2025-11-25', capabilities: {}, serverInfo: { name: 's', version: '1' } } : { tools: [{ name: 'a', inputSchema: { type: 'object' }, outputSchema: { type: 'object' } }] };
+      // Pretty-printed JSON, one data: line per line of it.
+      const lines = JSON.stringify({ jsonrpc: '2.0', id: message.id, result }, null, 2).split('\n');
+      res.writeHead(200, { 'content-type': 'text/event-stream' }).end(`event: message\n${lines.map((line) => `data: ${line}`).join('\n')}\n\n`);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const upstream = httpUpstreamTarget(`http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`);
+  t.teardown(async () => {
+    await upstream.close();
+    server.close();
+  });
+  const catalog = new ToolCatalog(upstream, { upstreamHeaders: {} });
+  t.equal(await catalog.declaresOutputSchema('a'), true, 'the declaration was read from the multi-line event');
 });

@@ -12,6 +12,7 @@ import {
   type BeginChargeResult,
   type ChargeRecord,
   type OpenChargeRequest,
+  type PricedRequestRecord,
   type PaymentNonceClaim,
   type SpendDecision,
   type SpendRequest,
@@ -923,6 +924,65 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     const state = await f.store.getHandle(handleHash);
     t.same(['a', 'b', 'c', 'd', 'e'].map((sku) => state?.balances[sku]), [3, 3, 3, 3, 3]);
   });
+
+  // ── priced-request registry (SPEC §6.5) ─────────────────────────────────────────────────────────
+
+  const pricedRecord = (f: StoreFixture, overrides: Partial<PricedRequestRecord> = {}): PricedRequestRecord => ({
+    state: 'in_flight',
+    handleHash: randomId('h_'),
+    reservationId: randomId('r_'),
+    tool: 'fetch_readable',
+    sku: SKU,
+    cost: 1,
+    charge: 'success',
+    deadline: f.clock.now() + 20_000,
+    remaining: null,
+    fingerprint: 'tb_s_abcd..wxyz',
+    startedAt: f.clock.now(),
+    ...overrides,
+  });
+
+  behaviour('a registered priced request reads back; 5 and "5" are different requests; other sessions do not see it', async (f, t) => {
+    const session = randomId('s_');
+    const record = pricedRecord(f);
+    await f.store.registerPricedRequest({ session, requestId: '5' }, record, HOUR);
+    t.same(await f.store.getPricedRequest({ session, requestId: '5' }), record);
+    t.equal(await f.store.getPricedRequest({ session, requestId: '"5"' }), null, 'the string id "5" is another request');
+    t.equal(await f.store.getPricedRequest({ session: randomId('s_'), requestId: '5' }), null, 'another session');
+  });
+
+  behaviour('concluding an in-flight request sets its state once; a concluded request keeps its state', async (f, t) => {
+    const session = randomId('s_');
+    await f.store.registerPricedRequest({ session, requestId: '1' }, pricedRecord(f), HOUR);
+    await f.store.registerPricedRequest({ session, requestId: '2' }, pricedRecord(f), HOUR);
+    t.match(await f.store.concludePricedRequest({ session, requestId: '1' }, 'committed', 7), { state: 'committed', remaining: 7 });
+    t.match(await f.store.concludePricedRequest({ session, requestId: '1' }, 'released', null), { state: 'committed', remaining: 7 }, 'committed stays committed');
+    t.match(await f.store.concludePricedRequest({ session, requestId: '2' }, 'released', null), { state: 'released', remaining: null });
+    t.match(await f.store.concludePricedRequest({ session, requestId: '2' }, 'committed', 3), { state: 'released', remaining: null }, 'released stays released');
+    t.equal(await f.store.concludePricedRequest({ session, requestId: '3' }, 'committed', 1), null, 'an unknown request is null');
+  });
+
+  behaviour('concurrent conclusions of one priced request: exactly one state wins and every caller sees it', async (f, t) => {
+    const session = randomId('s_');
+    await f.store.registerPricedRequest({ session, requestId: '9' }, pricedRecord(f), HOUR);
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => f.store.concludePricedRequest({ session, requestId: '9' }, i % 2 === 0 ? 'committed' : 'released', i % 2 === 0 ? 4 : null)));
+    const states = new Set(results.map((r) => r?.state));
+    t.equal(states.size, 1, 'one state for every caller');
+    t.equal((await f.store.getPricedRequest({ session, requestId: '9' }))?.state, [...states][0]);
+  });
+
+  behaviour('a priced request is forgotten once its session lifetime passed; registering again extends it', async (f, t) => {
+    const session = randomId('s_');
+    await f.store.registerPricedRequest({ session, requestId: '1' }, pricedRecord(f), 400);
+    await f.store.registerPricedRequest({ session, requestId: '2' }, pricedRecord(f), 100);
+    await f.passTime(250);
+    t.ok(await f.store.getPricedRequest({ session, requestId: '2' }), 'a shorter ttl never shortens the session');
+    await f.passTime(300);
+    t.equal(await f.store.getPricedRequest({ session, requestId: '1' }), null);
+    t.equal(await f.store.concludePricedRequest({ session, requestId: '1' }, 'committed', 1), null);
+  });
+
+  // ── end of the priced-request registry ─────────────────────────────────────────────────────────
 
   // ── x402 authorization claims (SPEC §19) ───────────────────────────────────────────────────────
 

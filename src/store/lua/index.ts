@@ -6,6 +6,7 @@ import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, PRUNE_SHARD_DIRECTORY, TAKE_CHA
 import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
 import { EXPIRE_HANDLE, LEDGER_CHECKPOINT, LEDGER_PRELUDE } from './ledger.js';
 import { PRELUDE } from './prelude.js';
+import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
 import { FINISH_PAYMENT_NONCE } from './x402.js';
 
 const BODIES = {
@@ -30,6 +31,9 @@ const BODIES = {
   tbIndexAdd: INDEX_ADD,
   tbPruneShardDirectory: PRUNE_SHARD_DIRECTORY,
   tbFinishPaymentNonce: FINISH_PAYMENT_NONCE,
+  // priced-request registry (SPEC §6.5)
+  tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
+  tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;

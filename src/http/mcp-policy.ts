@@ -1,0 +1,243 @@
+// The MCP endpoint's policy (SPEC §5, §6), run in the route's preHandler before the proxy forwards:
+// parse → classify → authenticate → (free: forward as is | one priced call | a batch holding priced
+// calls). Whatever the gateway answers itself — a JSON-RPC error, 401/403, a challenge or refusal — is
+// this hook's reply and nothing is forwarded. Otherwise `request.body` becomes what the proxy sends:
+// the parsed body (reply-from re-serialises it: the upstream sees exactly what was validated, §5.2),
+// with the token stripped from a priced call's arguments (§5.4).
+import type { ServerResponse } from 'node:http';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../errors.js';
+import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
+import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import type { ToolCatalog } from '../mcp/tool-catalog.js';
+import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
+import type { Logger } from '../observability/logger.js';
+import type { Authorisation, Paywall, PricedCall } from '../paywall/decide.js';
+import type { ResultShape } from '../paywall/challenge.js';
+import { BatchExchange, type HeldEntry } from '../proxy/batch-call.js';
+import type { McpCall } from '../proxy/call-state.js';
+import { isJson, isPlainJson } from '../proxy/headers.js';
+import { PricedExchange, type PricedCallDeps, type Registration } from '../proxy/priced-call.js';
+import type { PricedRequests } from '../proxy/priced-requests.js';
+import { parseJsonOrUndefined } from '../proxy/reply-reader.js';
+
+export interface Authenticator {
+  authenticate(authorization: string | undefined, needs: { tools: string[] }): Promise<
+    { ok: true; principal: string } | { ok: false; status: 401 | 403; wwwAuthenticate: string; message: string }
+  >;
+}
+
+export interface McpPolicyDeps {
+  pricing: ToolPricing;
+  anyPriced: boolean;
+  paywall: Paywall;
+  catalog: ToolCatalog;
+  authenticator: Authenticator | null;
+  registry: PricedRequests;
+  priced: PricedCallDeps;
+  logger: Logger;
+  /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
+  openStreams: Set<ServerResponse>;
+}
+
+/** The preHandler of every proxied MCP route. */
+export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const call = request.mcpCall;
+  if (request.method !== 'POST') return allowStream(deps, call, request, reply);
+
+  // 1. Parse: the body arrives as text (no JSON parser is registered), refused before anything else.
+  const contentType = request.headers['content-type'];
+  if (!isJson(contentType)) throw new GatewayError('TB_ERR_UNSUPPORTED_MEDIA_TYPE', 'Unsupported Media Type: MCP requests must be sent as Content-Type: application/json');
+  // The body is read as it came (nothing decompresses it) and forwarded re-serialised: a
+  // Content-Encoding would describe bytes the gateway never parsed, or bytes the upstream never gets.
+  const encoding = request.headers['content-encoding'];
+  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+    throw new GatewayError('TB_ERR_UNSUPPORTED_MEDIA_TYPE', 'Unsupported Media Type: send MCP request bodies uncompressed, without Content-Encoding');
+  }
+  const body = parseBody(request.body);
+  // 2. Classify and refuse what must never reach the upstream (SPEC §5.2).
+  const classified = classifyBody(body, request.headers);
+  call.method = classified.method;
+  call.era = classified.era;
+  call.requestId = classified.batch ? null : idOf(classified.messages[0]);
+  // 3. Authenticate (SPEC §9) when oauth is on.
+  const principal = await authenticate(deps, request, reply, classified.toolCalls.map((c) => c.name));
+  if (principal === undefined) return;
+  // 4. A request in a legacy session may not reuse the id of a paid call this replica forwarded in it:
+  // the upstream would route that call's result to it (SPEC §6.5).
+  const sessionId = classified.era === 'legacy' ? sessionOf(request) : undefined;
+  if (sessionId !== undefined) refuseReusedIds(deps.registry, sessionId, classified.messages);
+  // 5. Route by what the body holds.
+  const priced = classified.toolCalls.filter((toolCall) => deps.pricing.priceOf(toolCall.name) !== undefined);
+  if (priced.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
+  if (!classified.batch) return authorisePricedCall(deps, call, request, reply, classified.era, priced[0] as ToolCall, principal, sessionId);
+  return authoriseBatch(deps, call, request, reply, classified, principal, sessionId);
+}
+
+/** GET (a stream) and DELETE: authentication only; a GET stream is read event by event when any tool is priced. */
+async function allowStream(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  call.method = request.method;
+  const principal = await authenticate(deps, request, reply, []);
+  if (principal === undefined) return;
+  if (request.method === 'GET') {
+    call.sessionId = sessionOf(request);
+    call.filterStream = deps.anyPriced;
+    call.parseReply = deps.anyPriced;
+    deps.openStreams.add(reply.raw);
+  }
+}
+
+function forwardFree(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, classified: ClassifiedBody, body: unknown, sessionId: string | undefined): void {
+  if (deps.anyPriced) {
+    call.rewriteJson = classified.listsTools;
+    call.filterStream = true;
+    call.parseReply = true;
+    if (sessionId !== undefined) {
+      call.sessionId = sessionId;
+      call.ownIds = requestIds(classified.messages);
+    }
+  }
+  request.body = forwardedBody(request, body);
+}
+
+/** SPEC §6.2 steps 1–6 for one priced tools/call; an authorised call is forwarded and concluded by PricedExchange.run. */
+async function authorisePricedCall(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply, era: Era, toolCall: ToolCall, principal: string | null, sessionId: string | undefined): Promise<void> {
+  const priced = pricedCall(deps, request, era, toolCall, principal, call.startedAt);
+  const authorisation = await deps.paywall.authorise(priced);
+  if (authorisation.kind === 'answer') {
+    deps.paywall.recordAnswer(priced, authorisation);
+    return sendJson(reply, 200, { jsonrpc: '2.0', id: toolCall.request.id ?? null, result: authorisation.result });
+  }
+  // Forwarded by the proxy once this hook returns: the token stripped, nothing else changed (§5.4).
+  request.body = forwardedBody(request, { ...toolCall.request, params: authorisation.forwardParams });
+  call.parseReply = true;
+  const registration = sessionId === undefined ? null : register(deps, request, sessionId, toolCall, priced, authorisation);
+  const exchange = new PricedExchange(deps.priced, call, reply, priced, authorisation, registration);
+  call.priced = exchange;
+  void exchange.run().catch((error: unknown) => exchange.abandon(error));
+}
+
+/**
+ * SPEC §5.6: a legacy batch holding priced calls is split. Entries the gateway answers itself are
+ * answered here; the rest (free entries and authorised priced ones, token stripped) go upstream as one
+ * batch; BatchExchange merges the replies in the original order.
+ */
+async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply, classified: ClassifiedBody, principal: string | null, sessionId: string | undefined): Promise<void> {
+  const ids = requestIds(classified.messages).map((id) => JSON.stringify(id));
+  if (new Set(ids).size !== ids.length) throw new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: a batch holding priced calls must not repeat request ids');
+
+  const answers = new Map<JsonRpcMessage, JsonRpcResponse>();
+  const held: HeldEntry[] = [];
+  const forwarded: JsonRpcMessage[] = [];
+  for (const message of classified.messages) {
+    const toolCall = classified.toolCalls.find((c) => c.request === message);
+    if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
+      forwarded.push(message);
+      continue;
+    }
+    const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt);
+    const authorisation = await deps.paywall.authorise(priced);
+    if (authorisation.kind === 'answer') {
+      deps.paywall.recordAnswer(priced, authorisation);
+      answers.set(message, { jsonrpc: '2.0', id: toolCall.request.id ?? null, result: authorisation.result });
+      continue;
+    }
+    const registration = sessionId === undefined ? null : register(deps, request, sessionId, toolCall, priced, authorisation);
+    held.push({ call: toolCall, priced, authorisation, registration });
+    forwarded.push({ ...toolCall.request, params: authorisation.forwardParams } as JsonRpcMessage);
+  }
+  // Every entry answered by the gateway: nothing goes upstream.
+  if (forwarded.length === 0) return sendJson(reply, 200, classified.messages.flatMap((message) => answers.get(message) ?? []));
+  request.body = forwardedBody(request, forwarded);
+  call.parseReply = true;
+  const exchange = new BatchExchange(deps.priced, call, reply, { messages: classified.messages, answers, held }, call.startedAt);
+  call.priced = exchange;
+  void exchange.run().catch((error: unknown) => exchange.abandon(error));
+}
+
+/** Records the forwarded priced request in its upstream session (in process at once, in the store before any of its reply goes out). */
+function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: string, toolCall: ToolCall, priced: PricedCall, authorisation: Extract<Authorisation, { kind: 'reserved' }>): Registration {
+  const id = toolCall.request.id ?? null;
+  const written = deps.registry
+    .register(sessionId, id, {
+      state: 'in_flight',
+      handleHash: authorisation.handleHash,
+      reservationId: authorisation.reservationId,
+      tool: toolCall.name,
+      sku: priced.price.sku,
+      cost: priced.price.cost,
+      charge: priced.price.charge,
+      deadline: priced.startedAt + deps.priced.callDeadlineMs,
+      remaining: null,
+      fingerprint: authorisation.facts.tokenFingerprint,
+      startedAt: priced.startedAt,
+    })
+    .then(
+      () => true,
+      (error: unknown) => {
+        deps.logger.warn({ evt: 'paywall_unavailable', reqId: request.id, op: 'registerPricedRequest', code: (error as { code?: string }).code }, 'a paid call could not be registered: its reply is held until it is concluded');
+        return false;
+      },
+    );
+  const version = request.headers['mcp-protocol-version'];
+  return { sessionId, protocolVersion: typeof version === 'string' ? version : undefined, key: deps.registry.key(sessionId, id), written };
+}
+
+function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, toolCall: ToolCall, principal: string | null, startedAt: number): PricedCall {
+  const price = deps.pricing.priceOf(toolCall.name) as PriceTag;
+  // structuredContent only for a tool known to declare no outputSchema (unknown → omitted).
+  const resultShape = async (): Promise<ResultShape> => {
+    const declares = await deps.catalog.declaresOutputSchema(toolCall.name).catch(() => undefined);
+    return { era, structuredContentAllowed: declares === false };
+  };
+  return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id };
+}
+
+/** Resolves with the principal (null when auth is off), or undefined after answering 401/403. */
+async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply: FastifyReply, tools: string[]): Promise<string | null | undefined> {
+  if (!deps.authenticator) return null;
+  const outcome = await deps.authenticator.authenticate(request.headers.authorization, { tools });
+  if (outcome.ok) return outcome.principal;
+  reply.header('www-authenticate', outcome.wwwAuthenticate);
+  sendJson(reply, outcome.status, errorResponse(request.mcpCall.requestId, outcome.status === 401 ? -32001 : -32003, outcome.message));
+  return undefined;
+}
+
+function refuseReusedIds(registry: PricedRequests, sessionId: string, messages: JsonRpcMessage[]): void {
+  for (const message of messages) {
+    if (message.id === undefined || message.id === null || !('method' in message)) continue;
+    if (registry.reusesPricedId(sessionId, message.id)) {
+      throw new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: this request id was already used by a paid call in this session; use a new id');
+    }
+  }
+}
+
+function parseBody(raw: unknown): unknown {
+  if (typeof raw !== 'string' || raw.trim() === '') throw new GatewayError('TB_ERR_PARSE', 'Parse error: the request body is empty');
+  const parsed = parseJsonOrUndefined(raw);
+  if (parsed === undefined) throw new GatewayError('TB_ERR_PARSE', 'Parse error: the request body is not valid JSON');
+  return parsed;
+}
+
+/**
+ * What the proxy sends: reply-from JSON.stringify's a parsed body when the content type is exactly
+ * application/json; for a `+json` type it would send the value as it is, so that one is serialised here.
+ */
+function forwardedBody(request: FastifyRequest, value: unknown): unknown {
+  return isPlainJson(request.headers['content-type']) ? value : JSON.stringify(value);
+}
+
+function requestIds(messages: JsonRpcMessage[]): JsonRpcId[] {
+  const ids: JsonRpcId[] = [];
+  for (const message of messages) if ('method' in message && message.id !== undefined) ids.push(message.id);
+  return ids;
+}
+
+function sessionOf(request: FastifyRequest): string | undefined {
+  const value = request.headers['mcp-session-id'];
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
+
+function sendJson(reply: FastifyReply, status: number, body: unknown): void {
+  reply.code(status).header('content-type', 'application/json').send(JSON.stringify(body));
+}

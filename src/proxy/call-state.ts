@@ -1,0 +1,76 @@
+// The state of one request on the MCP endpoint, from onRequest to the response's close: what the policy
+// hooks learnt (method, era, ids, session), how the reply must be read, and the upstream request's abort
+// signal. It is one object per request on purpose: it doubles as the AbortSignal undici watches (the
+// EventTarget subset undici uses), so a free call costs no AbortController, and the dispatcher
+// (dispatcher.ts) finds it on the header object reply-from hands over.
+import type { Era } from '../mcp/classify.js';
+import type { JsonRpcId } from '../mcp/jsonrpc.js';
+
+/** Where the dispatcher finds a request's call state: a symbol key on reply-from's header object (undici reads only string keys). */
+export const kCall = Symbol('tollbooth.call');
+
+/** What a call that forwards a priced request (one call, or a batch holding some) does with the upstream's reply. */
+export interface PricedForward {
+  /** The proxy's response hook: the upstream answered (status, headers, body). */
+  onHead(head: UpstreamHead): void;
+  /** The proxy's error hook: nothing answered (or the gateway aborted the request). */
+  onError(error: unknown): void;
+}
+
+export interface UpstreamHead {
+  statusCode: number;
+  headers: Record<string, string | string[] | undefined>;
+  stream: import('node:stream').Readable;
+}
+
+export class McpCall {
+  readonly startedAt: number;
+  /** Labels for tollbooth_mcp_requests_total (set once the body is classified). */
+  method = 'unknown';
+  era: Era = 'legacy';
+  /** The JSON-RPC id for an error reply (null until known, and for batches). */
+  requestId: JsonRpcId = null;
+  /** The client's Mcp-Session-Id (the upstream's session), when it sent one. */
+  sessionId: string | undefined = undefined;
+  /** The reply must be read by the gateway: Accept-Encoding is not forwarded. */
+  parseReply = false;
+  /** A JSON reply may hold a tools/list result (a POST asked for one): parsed and rewritten. */
+  rewriteJson = false;
+  /** An event stream is read event by event (priced tools exist: tools/list results, responses that are not this request's). */
+  filterStream = false;
+  /** The ids of the requests this POST carried (their own responses pass a filtered stream unlooked-up). */
+  ownIds: readonly JsonRpcId[] = NO_IDS;
+  /** Set when the call forwards priced requests: the proxy's hooks hand the reply to it. */
+  priced: PricedForward | null = null;
+  /** When the proxy sent the request upstream (ms, the gateway clock), 0 before. */
+  forwardedAt = 0;
+
+  // ── the AbortSignal protocol undici uses (aborted, reason, add/removeEventListener('abort')) ──
+  aborted = false;
+  reason: unknown = undefined;
+  #onAbort: (() => void) | null = null;
+
+  constructor(startedAt: number) {
+    this.startedAt = startedAt;
+  }
+
+  addEventListener(_type: 'abort', listener: () => void): void {
+    this.#onAbort = listener;
+  }
+
+  removeEventListener(_type: 'abort', listener: () => void): void {
+    if (this.#onAbort === listener) this.#onAbort = null;
+  }
+
+  /** Aborts the upstream request (before its headers, or its body after). Idempotent. */
+  abort(reason: Error): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    const listener = this.#onAbort;
+    this.#onAbort = null;
+    listener?.();
+  }
+}
+
+const NO_IDS: readonly JsonRpcId[] = Object.freeze([]);

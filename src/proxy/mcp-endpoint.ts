@@ -1,0 +1,197 @@
+// The MCP endpoint (SPEC §4, §5, §16): `@fastify/http-proxy` registered on mcpPath, with the gateway's
+// policy in fastify's lifecycle around it — one encapsulated scope, so every hook applies to exactly the
+// routes the router matched as the endpoint:
+//   onRequest   the call's state, the one metrics record at close, the Origin/Host guards
+//   preHandler  parse, classify, authenticate, paywall (http/mcp-policy.ts); its reply ends the request
+//   handler     http-proxy → reply-from → undici (CallDispatcher: the call's abort signal)
+//   reply hooks rewriteRequestHeaders / rewriteHeaders (§5.2 header rules), onResponse (free replies
+//               relayed, priced ones to their exchange), onError (failures told apart, §16)
+// Nothing else in the gateway forwards MCP traffic.
+import type { ServerResponse } from 'node:http';
+import httpProxy from '@fastify/http-proxy';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { GatewayError } from '../errors.js';
+import { DeadlineQueue } from '../http/deadlines.js';
+import { createRequestGuard, type GuardSettings } from '../http/guards.js';
+import { applyMcpPolicy, type Authenticator } from '../http/mcp-policy.js';
+import { errorResponse, idOf } from '../mcp/jsonrpc.js';
+import type { ToolCatalog } from '../mcp/tool-catalog.js';
+import type { ToolPricing } from '../mcp/tools-list.js';
+import type { Logger } from '../observability/logger.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { Paywall } from '../paywall/decide.js';
+import type { Store } from '../store/store.js';
+import { kCall, McpCall, type UpstreamHead } from './call-state.js';
+import { CallDispatcher } from './dispatcher.js';
+import { relayFreeReply } from './free-reply.js';
+import { normaliseUpstreamHeaders, toClientHeaders, toUpstreamHeaders, type HeaderMap } from './headers.js';
+import type { PricedCallDeps } from './priced-call.js';
+import { PricedRequests } from './priced-requests.js';
+import { ProxyRecorder } from './recorder.js';
+import { parseJsonOrUndefined } from './reply-reader.js';
+import { ResponseScreen } from './response-screen.js';
+import { classifyUpstreamError, UpstreamAbort } from './upstream-failure.js';
+import type { UpstreamTarget } from './upstream-target.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The MCP endpoint's per-request state (proxy/call-state.ts); null outside the endpoint. */
+    mcpCall: McpCall;
+  }
+}
+
+export interface McpEndpointDeps {
+  mcpPath: string;
+  target: UpstreamTarget;
+  upstreamHeaders: Record<string, string>;
+  guards: GuardSettings;
+  pricing: ToolPricing;
+  anyPriced: boolean;
+  paywall: Paywall;
+  catalog: ToolCatalog;
+  authenticator: Authenticator | null;
+  store: Store;
+  callDeadlineMs: number;
+  maxResponseBytes: number;
+  bodyLimit: number;
+  metrics: Metrics;
+  logger: Logger;
+  now: () => number;
+  /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
+  openStreams: Set<ServerResponse>;
+}
+
+/** A free call whose client went away: its upstream request is aborted with this (one instance, no per-call error). */
+const CLIENT_GONE = new UpstreamAbort('client_gone');
+
+export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpointDeps): Promise<void> {
+  const upstreamHeaders = normaliseUpstreamHeaders(deps.upstreamHeaders);
+  const recorder = new ProxyRecorder({ metrics: deps.metrics, logger: deps.logger, now: deps.now });
+  const registry = new PricedRequests({ store: deps.store, now: deps.now });
+  const screen = new ResponseScreen({ registry, paywall: deps.paywall, logger: deps.logger });
+  const pricedDeps: PricedCallDeps = {
+    paywall: deps.paywall,
+    registry,
+    recorder,
+    deadlines: new DeadlineQueue(),
+    cancel: { target: deps.target, upstreamHeaders: upstreamHeaders.values, logger: deps.logger },
+    maxResponseBytes: deps.maxResponseBytes,
+    callDeadlineMs: deps.callDeadlineMs,
+    now: deps.now,
+  };
+  const freeDeps = { pricing: deps.anyPriced ? deps.pricing : null, screen, recorder, maxResponseBytes: deps.maxResponseBytes };
+  const policyDeps = {
+    pricing: deps.pricing,
+    anyPriced: deps.anyPriced,
+    paywall: deps.paywall,
+    catalog: deps.catalog,
+    authenticator: deps.authenticator,
+    registry,
+    priced: pricedDeps,
+    logger: deps.logger,
+    openStreams: deps.openStreams,
+  };
+  const guard = createRequestGuard(deps.guards);
+
+  /** The one record of a request on the endpoint, when its response closes (finished, or cut by the client). */
+  function onResponseClosed(this: ServerResponse): void {
+    const call = (this as ServerResponse & { [kCall]: McpCall })[kCall];
+    deps.openStreams.delete(this);
+    recorder.request(call, this.writableFinished || this.headersSent ? this.statusCode : 499);
+    // A free call's upstream request ends with its client (§5.2); a priced call is read to its end (§6.5).
+    if (!this.writableFinished && call.priced === null) call.abort(CLIENT_GONE);
+  }
+
+  await app.register(async (scope) => {
+    scope.decorateRequest('mcpCall', null as unknown as McpCall);
+
+    scope.addHook('onRequest', (request, reply, done) => {
+      const call = new McpCall(deps.now());
+      request.mcpCall = call;
+      (reply.raw as ServerResponse & { [kCall]: McpCall })[kCall] = call;
+      reply.raw.on('close', onResponseClosed); // 'close' fires once; `on` spares the once-wrapper
+      const refused = guard(request.headers);
+      if (refused) return void sendError(reply, refused, null);
+      done();
+    });
+
+    scope.setErrorHandler((error, request, reply) => {
+      const code = (error as { code?: string }).code;
+      const gatewayError = error instanceof GatewayError ? error : asGatewayError(error, deps.bodyLimit);
+      if (gatewayError.code === 'TB_ERR_INTERNAL') recorder.internalError(request.id, error);
+      const id = gatewayError.code === 'TB_ERR_PARSE' || code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? null : (request.mcpCall?.requestId ?? idFromRaw(request.body));
+      sendError(reply, gatewayError, id);
+    });
+
+    await scope.register(httpProxy, {
+      upstream: deps.target.url,
+      prefix: deps.mcpPath,
+      routes: [''], // exactly mcpPath: `/mcp/` is not the endpoint
+      httpMethods: ['GET', 'POST', 'DELETE'],
+      proxyPayloads: false, // bodies are parsed by the gateway's own parser (server.ts) and replaced by the policy
+      preHandler: (request: FastifyRequest, reply: FastifyReply) => applyMcpPolicy(policyDeps, request, reply),
+      undici: new CallDispatcher(deps.target.dispatcher, deps.now) as never,
+      retryMethods: [], // never replay a request: the upstream decides what a repeat means
+      disableRequestLogging: true,
+      internalRewriteLocationHeader: false,
+      replyOptions: {
+        rewriteRequestHeaders: (request: FastifyRequest, headers: HeaderMap) => {
+          const call = request.mcpCall;
+          toUpstreamHeaders(headers, upstreamHeaders.values, upstreamHeaders.names, call.parseReply);
+          (headers as HeaderMap & { [kCall]: McpCall })[kCall] = call;
+          return headers as Record<string, string>;
+        },
+        // The priced path writes its own headers once it knows its answer.
+        rewriteHeaders: (headers: HeaderMap, request: FastifyRequest) => (request.mcpCall.priced ? {} : toClientHeaders(headers, request.mcpCall.rewriteJson || request.mcpCall.filterStream)),
+        onResponse: (request: FastifyRequest, reply: FastifyReply, head: UpstreamHead) => {
+          const call = request.mcpCall;
+          if (call.priced) return call.priced.onHead(head);
+          relayFreeReply(freeDeps, call, reply, head);
+        },
+        onError: (reply: FastifyReply, { error }: { error: Error }) => {
+          const call = reply.request.mcpCall;
+          if (call.priced) return call.priced.onError(error);
+          const failure = classifyUpstreamError(error);
+          recorder.failure(call, reply.request.id, failure);
+          if (reply.sent || reply.raw.headersSent || reply.raw.destroyed) return;
+          sendError(reply, failure.error, call.requestId);
+        },
+      } as never,
+    });
+
+    scope.route({
+      method: ['PUT', 'PATCH', 'OPTIONS'],
+      url: deps.mcpPath,
+      handler: async (request, reply) => {
+        request.mcpCall.method = request.method;
+        reply.header('allow', 'GET, POST, DELETE');
+        sendError(reply, new GatewayError('TB_ERR_METHOD_NOT_ALLOWED', 'Method not allowed: the MCP endpoint takes POST, GET and DELETE'), null);
+        return reply;
+      },
+    });
+  });
+}
+
+/** A JSON-RPC error as the endpoint's answer; -32602 goes with 200 like any JSON-RPC error reply (docs/decisions.md). */
+function sendError(reply: FastifyReply, error: GatewayError, id: ReturnType<typeof idOf>): void {
+  if (reply.sent || reply.raw.headersSent) {
+    reply.raw.destroy();
+    return;
+  }
+  const status = error.code === 'TB_ERR_INVALID_PARAMS' ? 200 : error.status >= 500 && error.code === 'TB_ERR_INTERNAL' ? 503 : error.status;
+  reply.code(status).header('content-type', 'application/json').send(JSON.stringify(errorResponse(id, error.rpcCode, error.message)));
+}
+
+function asGatewayError(error: unknown, bodyLimit: number): GatewayError {
+  const code = (error as { code?: string }).code;
+  const status = (error as { statusCode?: number }).statusCode;
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new GatewayError('TB_ERR_BODY_TOO_LARGE', `Request body too large: the limit is ${bodyLimit} bytes`);
+  if (status !== undefined && status < 500) return new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: the request could not be read');
+  return new GatewayError('TB_ERR_INTERNAL', 'the gateway could not complete the request', { cause: error });
+}
+
+function idFromRaw(raw: unknown): ReturnType<typeof idOf> {
+  if (typeof raw !== 'string') return null;
+  const parsed = parseJsonOrUndefined(raw);
+  return Array.isArray(parsed) ? null : idOf(parsed);
+}

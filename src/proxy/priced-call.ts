@@ -1,0 +1,281 @@
+// One authorised priced tools/call after the paywall reserved its credits (SPEC §6.2 step 7, §6.5).
+// The proxy forwards it (the token already stripped from the body it sends); the proxy's response hook
+// hands the reply here. `run()` reads top to bottom: wait for the upstream's answer (or the deadline),
+// read the reply to its end whatever the client does, conclude (commit or release), write the final
+// message. Events before the result stream to the client as they arrive; the result waits for the
+// commit and goes out with its receipt; any response that does not answer this call exactly fails the
+// call closed. A call whose stream the upstream ended early on purpose (resumable: it carried event
+// ids and a session) is left in flight for the resumed stream to conclude (response-screen.ts), or
+// released at the deadline.
+import { PassThrough } from 'node:stream';
+import type { FastifyReply } from 'fastify';
+import type { JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { serialiseEvent, type SseEvent } from '../mcp/sse.js';
+import type { Authorisation, CallOutcome, Paywall, PricedCall } from '../paywall/decide.js';
+import type { PricedRequestKey } from '../store/store.js';
+import type { DeadlineQueue } from '../http/deadlines.js';
+import { sendCancelled, type CancelTarget } from './cancel.js';
+import type { McpCall, PricedForward, UpstreamHead } from './call-state.js';
+import { isEventStream, toClientHeaders } from './headers.js';
+import type { PricedRequests } from './priced-requests.js';
+import type { ProxyRecorder } from './recorder.js';
+import { answers, discard, holdsResponse, readReplyChunks } from './reply-reader.js';
+import { classifyUpstreamError, UpstreamAbort, upstreamFailure, type UpstreamFailure, type UpstreamOutcome } from './upstream-failure.js';
+
+export interface PricedCallDeps {
+  paywall: Paywall;
+  registry: PricedRequests;
+  recorder: ProxyRecorder;
+  deadlines: DeadlineQueue;
+  cancel: CancelTarget;
+  maxResponseBytes: number;
+  callDeadlineMs: number;
+  now: () => number;
+}
+
+/** Where the call is registered for resumed streams: its upstream session (legacy requests that carry one). */
+export interface Registration {
+  sessionId: string;
+  protocolVersion: string | undefined;
+  key: PricedRequestKey;
+  /** The store write; every byte of the reply waits for it. */
+  written: Promise<boolean>;
+}
+
+type Head = { kind: 'head'; head: UpstreamHead } | { kind: 'failed'; failure: UpstreamFailure };
+
+/** The stream ended without the result, but the client can resume it: concluded later, elsewhere or at the deadline. */
+const DETACHED = { kind: 'detached' } as const;
+type ReadOutcome = CallOutcome | typeof DETACHED;
+
+export class PricedExchange implements PricedForward {
+  readonly #deps: PricedCallDeps;
+  readonly #call: McpCall;
+  readonly #reply: FastifyReply;
+  readonly #priced: PricedCall;
+  readonly #held: Extract<Authorisation, { kind: 'reserved' }>;
+  readonly #registration: Registration | null;
+  readonly #head: Promise<Head>;
+  #resolveHead!: (head: Head) => void;
+  #headSettled = false;
+  #expired = false;
+  #detached = false;
+  #concluded = false;
+  readonly #cancelDeadline: () => void;
+  /** The event stream to the client, once the first event is relayed. */
+  #out: PassThrough | null = null;
+  /** The held result event (its id and fields are kept for the final one). */
+  #resultEvent: SseEvent | null = null;
+  #upstreamOutcome: UpstreamOutcome = 'answered';
+
+  constructor(deps: PricedCallDeps, call: McpCall, reply: FastifyReply, priced: PricedCall, held: Extract<Authorisation, { kind: 'reserved' }>, registration: Registration | null) {
+    this.#deps = deps;
+    this.#call = call;
+    this.#reply = reply;
+    this.#priced = priced;
+    this.#held = held;
+    this.#registration = registration;
+    this.#head = new Promise((resolve) => (this.#resolveHead = resolve));
+    // The deadline covers the whole call, upstream time included (SPEC §6.5).
+    this.#cancelDeadline = deps.deadlines.add(Math.max(1, priced.startedAt + deps.callDeadlineMs - deps.now()), () => this.#onDeadline());
+  }
+
+  onHead(head: UpstreamHead): void {
+    if (this.#headSettled) return discard(head.stream); // the deadline came first
+    this.#headSettled = true;
+    this.#resolveHead({ kind: 'head', head });
+  }
+
+  onError(error: unknown): void {
+    if (this.#headSettled) return;
+    this.#headSettled = true;
+    this.#resolveHead({ kind: 'failed', failure: this.#expired ? upstreamFailure('headers_timeout', error, 'the upstream did not answer within upstream.callDeadline') : classifyUpstreamError(error) });
+  }
+
+  /** Forwarded by the proxy right after this is built; resolves once the call is concluded and its answer written. */
+  async run(): Promise<void> {
+    // 1. The upstream's answer: the proxy's response or error hook, or the deadline.
+    const first = await this.#head;
+    // 2. The reply, read to its end (or the deadline) whatever the client does.
+    const outcome = first.kind === 'failed' ? this.#failedBeforeHead(first.failure) : await this.#readReply(first.head);
+    if (outcome.kind === 'detached') {
+      this.#detached = true;
+      this.#out?.end(); // as the upstream ended it: the client resumes with Last-Event-ID
+      this.#recordUpstream();
+      return;
+    }
+    // 3. Commit or release, in the store and in the registry.
+    this.#cancelDeadline();
+    const conclusion = await this.#conclude(outcome);
+    // 4. The final message: the result with its receipt, the upstream's error, or a refusal.
+    this.#finish(conclusion.message);
+  }
+
+  #failedBeforeHead(failure: UpstreamFailure): CallOutcome {
+    this.#upstreamOutcome = failure.outcome;
+    this.#deps.recorder.failure(this.#call, this.#reply.request.id, failure);
+    return failure.outcome === 'deadline' || failure.outcome === 'headers_timeout' ? { kind: 'deadline', accepted: false } : { kind: 'failed', accepted: false };
+  }
+
+  async #readReply(head: UpstreamHead): Promise<ReadOutcome> {
+    const { statusCode } = head;
+    if (statusCode >= 400 && statusCode < 500) {
+      // The tool never ran; the client sees the upstream's answer as it is (clients use 4xx to detect the era).
+      this.#upstreamOutcome = 'http_4xx';
+      this.#reply.code(statusCode).headers(toClientHeaders(head.headers, false)).send(head.stream);
+      return { kind: 'http_refusal', status: statusCode };
+    }
+    if (statusCode < 200 || statusCode >= 300) {
+      this.#upstreamOutcome = 'http_5xx';
+      discard(head.stream);
+      return { kind: 'failed', accepted: false };
+    }
+    try {
+      return isEventStream(head.headers['content-type']) ? await this.#readStream(head) : await this.#readJson(head);
+    } catch (error) {
+      if (this.#expired) {
+        this.#upstreamOutcome = 'deadline';
+        return { kind: 'deadline', accepted: true };
+      }
+      const failure = classifyUpstreamError(error);
+      this.#upstreamOutcome = failure.outcome;
+      this.#deps.recorder.failure(this.#call, this.#reply.request.id, failure);
+      return { kind: 'failed', accepted: true };
+    }
+  }
+
+  /** A JSON reply must be exactly one response to this call's id (an array, or any other id, fails closed). */
+  async #readJson(head: UpstreamHead): Promise<CallOutcome> {
+    for await (const [only] of readReplyChunks(head.stream, head.headers['content-type'], this.#deps.maxResponseBytes)) {
+      if (answers(only?.value, this.#id)) return { kind: 'answered', message: only.value };
+    }
+    return this.#unmatched('the upstream reply did not answer this call exactly');
+  }
+
+  /**
+   * An event stream: events pass to the client as they arrive (once the call is registered), until
+   * the response to this call. Any other response — another id, the same id as another type, inside an
+   * array, or a second one in the same chunk — fails the call closed and is never passed on.
+   */
+  async #readStream(head: UpstreamHead): Promise<ReadOutcome> {
+    const relay = this.#registration ? await this.#registration.written : true;
+    if (relay) this.#startStream(head);
+    let sawEventId = false;
+    let result: JsonRpcResponse | null = null;
+    for await (const values of readReplyChunks(head.stream, head.headers['content-type'], this.#deps.maxResponseBytes)) {
+      let text = '';
+      for (const { event, value } of values) {
+        if (event?.lines.some(isIdLine)) sawEventId = true;
+        const response = value !== undefined && holdsResponse(value);
+        if (result) {
+          if (response) return this.#unmatched('the upstream sent a second response for this call');
+          continue; // nothing after the result reaches the client
+        }
+        if (response) {
+          if (!answers(value, this.#id)) return this.#unmatched('the upstream stream carried a response that does not answer this call exactly');
+          result = value;
+          this.#resultEvent = event;
+          continue;
+        }
+        if (event) text += serialiseEvent(event);
+      }
+      if (text && this.#out && !this.#out.destroyed) this.#write(text);
+      if (result) {
+        head.stream.resume(); // whatever follows is read and dropped
+        head.stream.on('error', () => undefined);
+        return { kind: 'answered', message: result };
+      }
+    }
+    // The stream ended without the result. With event ids and a session, the upstream may have ended it
+    // on purpose (2025-11-25 polling) or moved it to a resumed GET: the call stays in flight.
+    if (relay && sawEventId && this.#registration) return DETACHED;
+    this.#upstreamOutcome = 'bad_response';
+    return { kind: 'failed', accepted: true };
+  }
+
+  #unmatched(reason: string): CallOutcome {
+    this.#call.abort(new UpstreamAbort('bad_response'));
+    this.#sendCancel('the gateway could not match the reply');
+    const failure = upstreamFailure('bad_response', undefined, reason);
+    this.#upstreamOutcome = failure.outcome;
+    this.#deps.recorder.failure(this.#call, this.#reply.request.id, failure);
+    return { kind: 'failed', accepted: true };
+  }
+
+  #startStream(head: UpstreamHead): void {
+    if (this.#reply.raw.destroyed) return; // the client left: the reply is still read to its end
+    this.#out = new PassThrough();
+    this.#out.on('error', () => undefined);
+    this.#reply.code(head.statusCode).headers(toClientHeaders(head.headers, true)).send(this.#out);
+    this.#reply.raw.flushHeaders();
+  }
+
+  /** Writes to a client that reads; one that stops reading for a whole reply is cut off (it can resume). */
+  #write(text: string): void {
+    const out = this.#out as PassThrough;
+    if (out.writableLength > this.#deps.maxResponseBytes) {
+      out.destroy();
+      return;
+    }
+    out.write(text);
+  }
+
+  async #conclude(outcome: CallOutcome): Promise<{ message: JsonRpcResponse | null }> {
+    this.#concluded = true;
+    if (this.#registration) await this.#registration.written; // the registry conclusion must land after the registration
+    const conclusion = await this.#deps.paywall.conclude(this.#priced, this.#held, outcome, this.#registration?.key ?? null);
+    if (this.#registration) this.#deps.registry.noteConcluded(this.#registration.sessionId, this.#id, conclusion.state === 'committed' ? 'committed' : 'released');
+    this.#recordUpstream();
+    return conclusion;
+  }
+
+  #finish(message: JsonRpcResponse | null): void {
+    if (message === null) return; // the upstream's 4xx went as it came
+    const data = JSON.stringify(message);
+    if (this.#out) {
+      // The final event keeps the held result's id (and other fields) so the client's resume cursor stays true.
+      if (!this.#out.destroyed) this.#out.end(this.#resultEvent ? serialiseEvent(this.#resultEvent, data) : `event: message\ndata: ${data}\n\n`);
+      return;
+    }
+    if (this.#reply.raw.destroyed || this.#reply.sent) return;
+    this.#reply.code(200).header('content-type', 'application/json').send(data);
+  }
+
+  /** At callDeadline: abort the upstream request, cancel it in the protocol, and (if nothing else did) conclude. */
+  #onDeadline(): void {
+    if (this.#concluded) return;
+    this.#expired = true;
+    this.#call.abort(new UpstreamAbort('deadline'));
+    this.#sendCancel('the call deadline passed');
+    if (!this.#headSettled) this.onError(new UpstreamAbort('deadline'));
+    if (this.#detached) void this.#conclude({ kind: 'deadline', accepted: true });
+  }
+
+  #sendCancel(reason: string): void {
+    const registration = this.#registration;
+    if (registration) sendCancelled(this.#deps.cancel, registration, this.#id, reason);
+  }
+
+  #recordUpstream(): void {
+    if (this.#upstreamOutcome === 'answered' || this.#upstreamOutcome === 'http_4xx' || this.#upstreamOutcome === 'http_5xx' || this.#upstreamOutcome === 'deadline') {
+      this.#deps.recorder.upstream(this.#call, this.#upstreamOutcome);
+    }
+  }
+
+  /** run() failed unexpectedly (a bug): the reservation is released and the client told, never left held. */
+  async abandon(error: unknown): Promise<void> {
+    this.#deps.recorder.internalError(this.#reply.request.id, error);
+    this.#call.abort(new UpstreamAbort('bad_response'));
+    if (this.#concluded || this.#detached) return;
+    this.#cancelDeadline();
+    const conclusion = await this.#conclude({ kind: 'failed', accepted: false }).catch(() => ({ message: null }));
+    this.#finish(conclusion.message);
+    if (!this.#reply.sent && !this.#reply.raw.destroyed && !this.#out) this.#reply.raw.destroy();
+  }
+
+  get #id() {
+    return this.#priced.call.request.id ?? null;
+  }
+}
+
+const isIdLine = (line: string): boolean => line.startsWith('id:');

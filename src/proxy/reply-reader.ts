@@ -1,0 +1,128 @@
+// The one reader of upstream replies the gateway has to understand ("my reply by id", SPEC §5.4, §5.6,
+// §6.5): a JSON body or an event stream, read within upstream.maxResponseBytes, as a sequence of parsed
+// values. The priced path reads it value by value (events before the result stream on to the client),
+// batches and the tool catalog collect every response. Matching is exact: a response answers request
+// `id` only when its id has the same JSON type and value (5 is not "5"), and it is not inside an array
+// unless the request was a batch.
+import type { Readable } from 'node:stream';
+import { GatewayError } from '../errors.js';
+import { isObject, isResponseLike, type JsonRpcId, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { BLANK_LINE, SseSplitter, type SseEvent } from '../mcp/sse.js';
+import { isEventStream, isJson } from './headers.js';
+
+export interface ReplyValue {
+  /** The SSE event this value came from, or null for a JSON body. */
+  event: SseEvent | null;
+  /** The parsed JSON (a message or an array); undefined for an event without data or with data that is not JSON. */
+  value: unknown;
+}
+
+/**
+ * The values of a reply in arrival order; a JSON body yields once. Throws GatewayError
+ * TB_ERR_UPSTREAM_BAD_RESPONSE for a content type that is neither, TB_ERR_UPSTREAM_RESPONSE_TOO_LARGE
+ * past the cap (SseEventTooLargeError for one event), or the transport's own error.
+ */
+export async function* readReply(body: Readable, contentType: string | string[] | undefined, maxBytes: number): AsyncGenerator<ReplyValue> {
+  for await (const values of readReplyChunks(body, contentType, maxBytes)) yield* values;
+}
+
+/**
+ * As readReply, with the values that arrived together (one network chunk) in one array: the priced
+ * path sees what came right after its result before it concludes (a second result fails closed).
+ */
+export async function* readReplyChunks(body: Readable, contentType: string | string[] | undefined, maxBytes: number): AsyncGenerator<ReplyValue[]> {
+  if (isEventStream(contentType)) {
+    const splitter = new SseSplitter({ maxEventBytes: maxBytes });
+    for await (const chunk of body) {
+      const values: ReplyValue[] = [];
+      for (const event of splitter.push(chunk as Buffer | string)) if (event !== BLANK_LINE) values.push(valueOf(event));
+      if (values.length > 0) yield values;
+    }
+    const last = splitter.end();
+    if (last) yield [valueOf(last)];
+    return;
+  }
+  if (!isJson(contentType)) {
+    discard(body);
+    throw new GatewayError('TB_ERR_UPSTREAM_BAD_RESPONSE', 'the upstream reply was neither JSON nor an event stream');
+  }
+  yield [{ event: null, value: parseJsonOrUndefined(await readCapped(body, maxBytes)) }];
+}
+
+const valueOf = (event: SseEvent): ReplyValue => ({ event, value: event.data === null ? undefined : parseJsonOrUndefined(event.data) });
+
+/** Every response in a reply (batches, the tool catalog), flattened out of arrays, in order. */
+export async function collectResponses(body: Readable, contentType: string | string[] | undefined, maxBytes: number): Promise<JsonRpcResponse[]> {
+  const responses: JsonRpcResponse[] = [];
+  for await (const { value } of readReply(body, contentType, maxBytes)) responses.push(...responsesIn(value));
+  return responses;
+}
+
+/** The responses a parsed value holds: itself, or the responses of an array. */
+export function responsesIn(value: unknown): JsonRpcResponse[] {
+  if (Array.isArray(value)) return value.filter(isResponseLike);
+  return isResponseLike(value) ? [value] : [];
+}
+
+/** True for a JSON-RPC response (not a request or notification) whose id is exactly `id`. */
+export function answers(message: unknown, id: JsonRpcId): message is JsonRpcResponse {
+  return isResponseLike(message) && sameId(message.id, id);
+}
+
+/** JSON-RPC ids compare by type and value: 5 and "5" are different requests. */
+export function sameId(a: unknown, b: JsonRpcId): boolean {
+  return a === b && typeof a === typeof b;
+}
+
+/** A request id as a map key that keeps its type (5 → '5', "5" → '"5"'). */
+export const idKey = (id: JsonRpcId): string => JSON.stringify(id);
+
+/** The one response to `id` among `responses`: null when there is none, 'ambiguous' when there are several. */
+export function responseTo(responses: JsonRpcResponse[], id: JsonRpcId): JsonRpcResponse | null | 'ambiguous' {
+  let found: JsonRpcResponse | null = null;
+  for (const response of responses) {
+    if (!sameId(response.id, id)) continue;
+    if (found) return 'ambiguous';
+    found = response;
+  }
+  return found;
+}
+
+/** True when a parsed value holds a response anywhere (an object response, or an array with one). */
+export function holdsResponse(value: unknown): boolean {
+  return Array.isArray(value) ? value.some(isResponseLike) : isResponseLike(value);
+}
+
+/** A parsed value that is a request or notification (server→client), or an array of only those. */
+export function isRequestOrNotification(value: unknown): boolean {
+  return isObject(value) && typeof value.method === 'string';
+}
+
+export async function readCapped(body: Readable, maxBytes: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+    size += buffer.length;
+    if (size > maxBytes) {
+      discard(body);
+      throw new GatewayError('TB_ERR_UPSTREAM_RESPONSE_TOO_LARGE', `the upstream reply exceeded upstream.maxResponseBytes (${maxBytes} bytes)`);
+    }
+    chunks.push(buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+export function parseJsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Drops an upstream body we will not read. The listener keeps a late abort error from crashing the process. */
+export function discard(body: Readable): void {
+  body.on('error', () => undefined);
+  body.destroy();
+}
