@@ -255,7 +255,7 @@ export class MemoryStore implements Store {
     if (!handle) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
     const balance = (handle.balances.get(sku) ?? 0) + credits;
     handle.balances.set(sku, balance);
-    this.appendEntry(handleHash, handle.fingerprint, now, handle.expiresAt, { kind: 'adjust', sku, credits, balanceAfter: ownedOf(handle, sku), ref: null, reason });
+    this.appendEntry(handleHash, handle.fingerprint, now, handle.expiresAt, { kind: 'adjust', sku, credits, balanceAfter: ownedOf(handle, sku), ref: null, ...(reason ? { reason } : {}) });
     return balance;
   }
 
