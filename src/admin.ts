@@ -1,24 +1,32 @@
-// Operator verbs (SPEC §2) for resolving disputes: look at a handle, grant credits by hand, list
-// charges. Pure functions over a store, the config and an output writer, so tests drive them
-// without a process. What they print follows the logging rules (§10): never a handle, a handle
+// Operator verbs (SPEC §2, §17) for resolving disputes: look at a handle, grant credits by hand, list
+// charges, export and verify the ledger. Pure functions over a store, the config and an output
+// writer, so tests drive them without a process. What they print follows the logging rules (§10): never a handle, a handle
 // hash in full, a checkout URL or a provider link id.
 import { GatewayError } from './errors.js';
 import type { GatewayConfig } from './config/schema.js';
+import { exportLedger } from './ledger/export.js';
+import { EXPORT_FORMATS, parseTimeBound, safeReason, type ExportFormat } from './ledger/format.js';
+import { verifyLedger } from './ledger/verify.js';
 import { fingerprint, redactHandles } from './observability/fingerprint.js';
 import type { Logger } from './observability/logger.js';
 import { hashHandle, isWellFormedHandle } from './paywall/handles.js';
-import type { ChargeRecord, ChargeStatus, HandleState, Store } from './store/store.js';
+import type { ChargeRecord, ChargeStatus, HandleState, LedgerEntry, Store } from './store/store.js';
 
 export interface AdminContext {
   store: Store;
   config: GatewayConfig;
   /** Receives one line of human-readable output at a time (no trailing newline). */
   out: (line: string) => void;
+  /** Bulk output (`ledger export`): resolves once the destination can take more. Default: through `out`. */
+  write?: (chunk: string) => Promise<void>;
   logger: Pick<Logger, 'info'>;
   now?: () => number;
 }
 
 export const LISTABLE_CHARGE_STATUSES = ['pending', 'underpaid', 'settled', 'abandoned', 'expired'] as const satisfies readonly ChargeStatus[];
+
+/** `handle show` lists this many of the handle's last ledger entries. */
+const SHOWN_ENTRIES = 10;
 
 interface ResolvedHandle {
   handleHash: string;
@@ -26,13 +34,14 @@ interface ResolvedHandle {
   state: HandleState;
 }
 
-/** `tollbooth handle show <handle|fingerprint>`: fingerprint, principal, balance per SKU, expiry. */
+/** `tollbooth handle show <handle|fingerprint>`: fingerprint, principal, balance per SKU, expiry, last ledger entries. */
 export async function showHandle(context: AdminContext, reference: string): Promise<void> {
   const handles = await resolveHandles(context, reference);
-  handles.forEach((handle, index) => {
+  for (const [index, handle] of handles.entries()) {
     if (index > 0) context.out('');
     describeHandle(context, handle);
-  });
+    describeEntries(context, await context.store.ledgerTail(handle.handleHash, SHOWN_ENTRIES));
+  }
 }
 
 /** `tollbooth credits grant <handle> --sku S --credits N --reason TEXT`; returns the new balance. */
@@ -58,9 +67,11 @@ export async function grantCredits(
   if (handle === undefined || handles.length > 1) {
     throw new GatewayError('TB_ERR_INVALID_PARAMS', `${handles.length} live handles share the fingerprint ${JSON.stringify(reference)}: pass the full handle instead`);
   }
-  const balance = await context.store.grantCredits(handle.handleHash, sku, credits);
-  // The reason is free text: a handle pasted into it is logged as its fingerprint (SPEC §10).
-  context.logger.info({ evt: 'admin_grant', fingerprint: handle.fingerprint, sku, credits, reason: redactHandles(reason), balance }, 'credits granted by an operator');
+  // The reason is free text: a handle pasted into it is kept and logged as its fingerprint (SPEC §10),
+  // a URL as "[url]" (SPEC §17: no URL in the ledger).
+  const kept = safeReason(reason, redactHandles);
+  const balance = await context.store.grantCredits(handle.handleHash, sku, credits, kept);
+  context.logger.info({ evt: 'admin_grant', fingerprint: handle.fingerprint, sku, credits, reason: kept, balance }, 'credits granted by an operator');
   context.out(`granted ${credits} ${sku} credits to ${handle.fingerprint}; balance now ${balance}`);
   return balance;
 }
@@ -87,6 +98,29 @@ export async function listCharges(context: AdminContext, status?: string): Promi
     shortHash(charge.handleHash),
   ]);
   for (const line of formatTable(header, rows)) context.out(line);
+}
+
+/** `tollbooth ledger export [--since T] [--until T] [--format jsonl|csv]`: every entry in time order. */
+export async function ledgerExport(context: AdminContext, options: { since?: string; until?: string; format?: string }): Promise<void> {
+  const format = (options.format ?? 'jsonl') as ExportFormat;
+  if (!EXPORT_FORMATS.includes(format)) {
+    throw new GatewayError('TB_ERR_INVALID_PARAMS', `--format must be one of ${EXPORT_FORMATS.join(', ')}, got ${JSON.stringify(options.format)}`);
+  }
+  const since = parseTimeBound('--since', options.since);
+  const until = parseTimeBound('--until', options.until);
+  const write = context.write ?? (async (chunk: string) => chunk.replace(/\n$/, '').split('\n').forEach((line) => context.out(line)));
+  const report = await exportLedger(context.store, { format, since, until }, write);
+  context.logger.info({ evt: 'ledger_export', format, accounts: report.accounts, entries: report.entries, runs: report.runs }, 'ledger exported');
+}
+
+/** `tollbooth ledger verify`: 0 when every ledger agrees with the stored balances, 1 listing each mismatch. */
+export async function ledgerVerify(context: AdminContext): Promise<number> {
+  const report = await verifyLedger(context.store, (mismatch) => {
+    context.out(`mismatch  ${mismatch.account}  sku=${mismatch.sku}  expected=${mismatch.expected}  found=${mismatch.found}  ${mismatch.problem}: ${mismatch.detail}`);
+  });
+  const summary = `${report.accounts} ledgers, ${report.entries} entries checked, ${report.mismatches} ${report.mismatches === 1 ? 'mismatch' : 'mismatches'}`;
+  context.out(report.mismatches === 0 ? `ledger verified: ${summary}` : `ledger NOT verified: ${summary} (docs/operations.md, "Ledger verify mismatches")`);
+  return report.mismatches === 0 ? 0 : 1;
 }
 
 /** A full handle is hashed; anything else is taken as a fingerprint (`tb_s_KLeV..EPcw`). */
@@ -131,6 +165,38 @@ function describeHandle(context: AdminContext, { handleHash, fingerprint: finger
   }
   const width = Math.max(...lines.map(([label]) => label.length));
   for (const [label, value] of lines) context.out(`${label.padEnd(width)}  ${value}`);
+}
+
+function describeEntries(context: AdminContext, entries: LedgerEntry[]): void {
+  if (entries.length === 0) {
+    context.out('ledger            no entries');
+    return;
+  }
+  const last = entries.at(-1) as LedgerEntry;
+  context.out(`ledger            last ${entries.length} of ${last.seq} entries, oldest first`);
+  const rows = entries.map((entry) => [
+    `#${entry.seq}`,
+    new Date(entry.at).toISOString(),
+    entry.kind,
+    entry.sku,
+    entry.credits > 0 ? `+${entry.credits}` : String(entry.credits),
+    `= ${entry.balanceAfter}`,
+    entryDetail(entry),
+  ]);
+  for (const line of formatTable(['SEQ', 'AT', 'KIND', 'SKU', 'CREDITS', 'OWNED', 'DETAIL'], rows)) context.out(`  ${line}`);
+}
+
+function entryDetail(entry: LedgerEntry): string {
+  switch (entry.kind) {
+    case 'grant':
+      return `charge ${entry.ref ?? '?'}, received ${entry.amount ?? 'unknown'}${entry.currency ? ` ${entry.currency}` : ''}`;
+    case 'adjust':
+      return entry.reason ? `reason: ${entry.reason}` : '';
+    case 'spend':
+      return entry.tool ? `tool ${entry.tool}` : '';
+    default:
+      return '';
+  }
 }
 
 /** Enough of a hash to tell handles apart in a listing, never the whole lookup key. */

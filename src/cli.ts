@@ -5,7 +5,8 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import pino from 'pino';
 import { stringify } from 'yaml';
-import { grantCredits, listCharges, showHandle, type AdminContext } from './admin.js';
+import { once } from 'node:events';
+import { grantCredits, ledgerExport, ledgerVerify, listCharges, showHandle, type AdminContext } from './admin.js';
 import { loadConfig } from './config/load.js';
 import { printableConfig } from './config/mask.js';
 import { isGatewayError } from './errors.js';
@@ -20,10 +21,13 @@ const USAGE = `usage: tollbooth <command> [--config FILE]
 commands:
   start                                    run the gateway
   check                                    validate the config, print it (defaults applied, secrets masked)
-  handle show <handle|fingerprint>         a handle's principal, balances and expiry
+  handle show <handle|fingerprint>         a handle's principal, balances, expiry and last ledger entries
   credits grant <handle|fingerprint> --sku SKU --credits N --reason TEXT
                                            add credits by hand (logged as evt "admin_grant")
   charges list [--status pending|underpaid|settled|abandoned|expired]
+  ledger export [--since T] [--until T] [--format jsonl|csv]
+                                           every ledger entry in time order (T: ISO 8601 or epoch ms; until exclusive)
+  ledger verify                            recompute every balance from the ledger; exit 1 listing each mismatch
   bridge [--port N] -- <command…>          serve a stdio MCP server over Streamable HTTP, no paywall (--help)
 
 --config FILE defaults to $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG}.
@@ -78,6 +82,17 @@ const VERBS: Record<string, Verb> = {
     positionals: [],
     options: { status: stringOption },
     run: (configPath, _positionals, values) => withAdmin(configPath, (context) => listCharges(context, asString(values.status))),
+  },
+  'ledger export': {
+    positionals: [],
+    options: { since: stringOption, until: stringOption, format: stringOption },
+    run: (configPath, _positionals, values) =>
+      withAdmin(configPath, (context) => ledgerExport({ ...context, write: writeStdout }, { since: asString(values.since), until: asString(values.until), format: asString(values.format) })),
+  },
+  'ledger verify': {
+    positionals: [],
+    options: {},
+    run: (configPath) => withAdmin(configPath, (context) => ledgerVerify(context)),
   },
 };
 
@@ -139,17 +154,21 @@ function report(error: unknown): number {
   return 1;
 }
 
-async function withAdmin(configPath: string, verb: (context: AdminContext) => Promise<void>): Promise<number> {
+async function withAdmin(configPath: string, verb: (context: AdminContext) => Promise<number | void>): Promise<number> {
   const config = loadConfig(configPath);
   // Logs (the admin_grant audit line) go to stderr so stdout stays the verb's readable output.
   const logger = createLogger(config.logging.level, pino.destination({ dest: 2, sync: true }));
   const store = await createStore(config, { logger });
   try {
-    await verb({ store, config, out: (line) => process.stdout.write(`${line}\n`), logger });
-    return 0;
+    return (await verb({ store, config, out: (line) => process.stdout.write(`${line}\n`), logger })) ?? 0;
   } finally {
     await store.close();
   }
+}
+
+/** stdout with backpressure: an export of millions of lines never piles up in memory. */
+async function writeStdout(chunk: string): Promise<void> {
+  if (!process.stdout.write(chunk)) await once(process.stdout, 'drain');
 }
 
 function asString(value: string | boolean | undefined): string | undefined {

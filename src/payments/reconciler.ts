@@ -1,7 +1,8 @@
 // The background reconciler (SPEC §7.6): on one replica at a time (a store lease), it polls charges
 // that are due (a due-time index, never a scan of every charge) — pending ones, and abandoned ones on
 // a slow backoff for the retention window, so a late payment on any of them is granted without
-// webhooks — and releases reservations a crashed gateway left behind (§6.5). What a reading means
+// webhooks — releases reservations a crashed gateway left behind (§6.5), and ends handles whose life
+// is over, writing their `expire` ledger entries (§17) before Redis drops their keys. What a reading means
 // for a charge (grant, abandon, expire) is decided by the Settler, the same for a retry.
 // Gentle on the provider: at most BATCH reads per tick, each due on its own backoff schedule, and a
 // tick stops early when the provider still answers 429 after the provider's own retries.
@@ -34,6 +35,8 @@ export interface TickReport {
   /** Charges marked expired: never readable by the end of their retention window. */
   expired: number;
   released: number;
+  /** Handles ended by the expiry step (their remaining credits written off in the ledger). */
+  handlesEnded: number;
 }
 
 export class Reconciler {
@@ -77,7 +80,7 @@ export class Reconciler {
   async #tick(): Promise<TickReport> {
     const { store, settler, metrics, logger } = this.#deps;
     const now = (this.#deps.now ?? Date.now)();
-    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0 };
+    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0, handlesEnded: 0 };
     try {
       if (!(await store.acquireLease('reconciler', this.#owner, this.#tickMs * 3))) return report;
       report.leader = true;
@@ -99,6 +102,8 @@ export class Reconciler {
       }
       report.released = await store.releaseStaleReservations(now, STALE_BATCH);
       if (report.released > 0) logger.warn({ evt: 'reservations_released', count: report.released }, 'released reservations left by calls that never finished');
+      report.handlesEnded = await store.expireHandles(now, STALE_BATCH);
+      if (report.handlesEnded > 0) logger.info({ evt: 'handles_ended', count: report.handlesEnded }, 'ended handles whose life was over; their remaining credits are written off in the ledger');
       metrics.reconcilerLastRun.set(now / 1000);
     } catch (error) {
       logger.warn({ evt: 'reconcile_error', code: (error as { code?: string }).code ?? 'unknown' }, 'reconciler pass failed; the next one retries');

@@ -171,7 +171,7 @@ export class Paywall {
     const accepted = outcome.kind === 'answered' || (outcome.kind !== 'http_refusal' && outcome.accepted);
     const keep = charge === 'attempt' ? accepted : succeeded;
 
-    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, reqId: priced.reqId });
+    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: priced.call.name, reqId: priced.reqId });
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
     const logOutcome: PaidOutcome = outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
     if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent);
@@ -214,7 +214,7 @@ export class Paywall {
     if (record.state === 'released') return null;
     const pastDeadline = this.#deps.now() > record.deadline;
     const keep = !pastDeadline && (record.charge === 'attempt' || succeeded);
-    const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost });
+    const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool });
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : succeeded ? 'authorised' : 'upstream_error';
       this.#logLine({ tool: record.tool, sku, facts: { tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
@@ -235,11 +235,11 @@ export class Paywall {
     reservationId: string,
     keep: boolean,
     registration: PricedRequestKey | null,
-    context: { sku: string; cost: number; reqId?: string | undefined },
+    context: { sku: string; cost: number; tool: string; reqId?: string | undefined },
   ): Promise<Settled> {
     const { store, metrics } = this.#deps;
     try {
-      const remaining = keep ? await store.commit(handleHash, reservationId) : await store.release(handleHash, reservationId);
+      const remaining = keep ? await store.commit(handleHash, reservationId, context.tool) : await store.release(handleHash, reservationId);
       if (remaining !== null) {
         metrics.credits.inc({ sku: context.sku, kind: keep ? 'spent' : 'refunded' }, context.cost);
         if (registration) this.#background('concludePricedRequest', store.concludePricedRequest(registration, keep ? 'committed' : 'released', keep ? remaining : null));

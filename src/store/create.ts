@@ -6,7 +6,8 @@ import type { Store } from './store.js';
 import { MemoryStore } from './memory.js';
 
 export async function createStore(config: GatewayConfig, deps: { logger: Logger }): Promise<Store> {
-  if (config.store.type === 'memory') return new MemoryStore();
+  const ledgerRetentionMs = config.ledger.retention;
+  if (config.store.type === 'memory') return new MemoryStore({ ledgerRetentionMs });
   const { RedisStore } = await import('./redis.js');
-  return RedisStore.connect(config.store, deps);
+  return RedisStore.connect(config.store, { ...deps, ledgerRetentionMs });
 }

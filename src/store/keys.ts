@@ -13,6 +13,8 @@ export interface HandleKeys {
   reservations: string;
   /** Hash: nonce → charge record (JSON). */
   charges: string;
+  /** Stream: the handle's ledger, entry id "<at>-<seq>" (SPEC §17); outlives the handle by ledger.retention. */
+  ledger: string;
 }
 
 export class KeySpace {
@@ -24,6 +26,8 @@ export class KeySpace {
   readonly allCharges: string;
   /** Zset of opening and pending charges (score = when its record expires), for the pending gauge. */
   readonly liveCharges: string;
+  /** Zset of handles that held credits (member = handleHash, score = expiresAt) for the expiry step (standalone/Sentinel; Cluster shards it per slot). */
+  readonly handleExpiry: string;
 
   constructor(private readonly prefix: string) {
     // A brace in the prefix would become every key's hash tag and put all keys in one slot.
@@ -34,6 +38,7 @@ export class KeySpace {
     this.dueCharges = `${prefix}{charges:due}`;
     this.allCharges = `${prefix}{charges:all}`;
     this.liveCharges = `${prefix}{charges:live}`;
+    this.handleExpiry = `${prefix}{handle-expiry}`;
   }
 
   /**
@@ -57,12 +62,43 @@ export class KeySpace {
 
   handle(handleHash: string): HandleKeys {
     const handle = `${this.prefix}{h:${handleHash}}`;
-    return { handle, reservations: `${handle}:res`, charges: `${handle}:charges` };
+    return { handle, reservations: `${handle}:res`, charges: `${handle}:charges`, ledger: `${handle}:ledger` };
+  }
+
+  // ── ledger (SPEC §17) ──
+
+  /**
+   * The handle-expiry index a handle goes in: the one global zset, or in Cluster the expiry shard of
+   * the handle's slot (the reservation shard's tag + ":exp"), so the scripts that slide or fund a
+   * handle write its index entry themselves.
+   */
+  handleExpiryOf(handleHash: string, clustered: boolean): string {
+    return clustered ? this.handleExpiryShard(keySlot(`h:${handleHash}`)) : this.handleExpiry;
+  }
+
+  /** Cluster: the handle-expiry shard of one slot. */
+  handleExpiryShard(slot: number): string {
+    return `${this.reservationShard(slot)}:exp`;
+  }
+
+  /** SCAN pattern matching exactly the handle ledgers. */
+  get ledgerPattern(): string {
+    return `${escapeGlob(this.prefix)}{h:*}:ledger`;
+  }
+
+  /** SCAN pattern matching exactly the x402 payer ledgers. */
+  get paymentLedgerPattern(): string {
+    return `${escapeGlob(this.prefix)}{x402:*}:ledger`;
+  }
+
+  /** Stream: the x402 ledger of one payer address, under the payer's tag (SPEC §19). */
+  paymentLedger(payer: string): string {
+    return `${this.prefix}{x402:${payer.toLowerCase()}}:ledger`;
   }
 
   /** SCAN pattern matching exactly the handle hashes (not their :res/:charges companions). */
   get handlePattern(): string {
-    return `${this.prefix.replace(/[*?[\]\\]/g, '\\$&')}{h:*}`;
+    return `${escapeGlob(this.prefix)}{h:*}`;
   }
 
   /** String: "handleHash:nonce" of the charge a provider reference belongs to. */
@@ -99,6 +135,15 @@ export class KeySpace {
     return `${this.prefix}{x402:${key.payer.toLowerCase()}}:nonce:${key.network.toLowerCase()}:${key.asset.toLowerCase()}:${key.nonce.toLowerCase()}`;
   }
 }
+
+/** The tag value of a key: "{h:abc}:ledger" → "abc" for tag "h" (the prefix holds no brace). */
+export function tagValue(key: string, tag: string): string | null {
+  const open = key.indexOf(`{${tag}:`);
+  const close = key.indexOf('}', open);
+  return open === -1 || close === -1 ? null : key.slice(open + tag.length + 2, close);
+}
+
+const escapeGlob = (text: string): string => text.replace(/[*?[\]\\]/g, '\\$&');
 
 /** Index members name a record inside a handle's slot: "handleHash:id" (hashes are hex, ids base64url). */
 export const indexMember = (handleHash: string, id: string): string => `${handleHash}:${id}`;

@@ -4,11 +4,15 @@
 // and dev links read the injected clock; charge operations use the `now` their caller passes.
 // Memory stays bounded by a lazy sweep (at most once a minute, inside calls, on the injected clock)
 // of expired handles, charges past retention, dev links past retention, expired leases and
-// buckets that have refilled (deleting a full bucket is the same as keeping it).
+// buckets that have refilled (deleting a full bucket is the same as keeping it), and ledgers past
+// their retention. A handle that expires is ended in the same step that first sees it expired (an
+// access or the sweep): its `expire` ledger entries and the loss of its credits happen together.
 
 import { GatewayError } from '../errors.js';
 import {
+  HANDLE_GRACE_MS,
   HANDLE_TTL_FLOOR_MS,
+  LEDGER_RETENTION_MS,
   OPENING_GRACE_MS,
   PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
@@ -20,6 +24,11 @@ import {
   type ClaimResult,
   type DevLink,
   type HandleState,
+  type LedgerAccount,
+  type LedgerCheckpoint,
+  type LedgerEntry,
+  type LedgerHolding,
+  type LedgerRange,
   type NewHandle,
   type OpenChargeRequest,
   type PricedRequestKey,
@@ -66,6 +75,25 @@ interface HandleRecord {
 
 type BucketParams = { ratePerSecond: number; burst: number };
 
+interface MemoryLedger {
+  fingerprint: string;
+  entries: LedgerEntry[]; // seq = index + 1
+  endsAt: number; // when the whole ledger may go
+}
+
+/** What a handle owns in one SKU: its available balance plus what its reservations hold. */
+function ownedOf(handle: HandleRecord, sku: string): number {
+  let owned = handle.balances.get(sku) ?? 0;
+  for (const reservation of handle.reservations.values()) if (reservation.sku === sku) owned += reservation.cost;
+  return owned;
+}
+
+function pushEntry(ledger: MemoryLedger, entry: LedgerEntry, endsAt: number): void {
+  const last = ledger.entries.at(-1);
+  ledger.entries.push({ ...entry, seq: (last?.seq ?? 0) + 1, at: Math.max(entry.at, last?.at ?? 0) });
+  ledger.endsAt = Math.max(ledger.endsAt, endsAt);
+}
+
 /** Continuous refill, then takes one token if a whole one is there. Returns 0 if taken, else the wait in ms. */
 function takeToken(bucket: TokenBucket, { ratePerSecond, burst }: BucketParams, now: number): number {
   const refilled = bucket.tokens + (Math.max(0, now - bucket.at) * ratePerSecond) / 1000;
@@ -105,9 +133,10 @@ export class MemoryStore implements Store {
   private readonly pricedRequests = new Map<string, { expiresAt: number; requests: Map<string, PricedRequestRecord> }>();
   private nextSweepAt: number;
 
-  constructor(options: { now?: () => number } = {}) {
+  constructor(options: { now?: () => number; ledgerRetentionMs?: number } = {}) {
     this.clock = options.now ?? Date.now;
     this.nextSweepAt = this.clock() + SWEEP_INTERVAL_MS;
+    this.ledgerRetentionMs = options.ledgerRetentionMs ?? LEDGER_RETENTION_MS;
   }
 
   async createHandle(handle: NewHandle): Promise<void> {
@@ -117,6 +146,9 @@ export class MemoryStore implements Store {
     const now = this.now();
     const previous = this.handles.get(handle.handleHash);
     if (previous) this.deleteHandle(handle.handleHash, previous);
+    // A hash is never reused in production (16 random bytes); a re-created one starts with no history.
+    this.ledgers.delete(handle.handleHash);
+    this.retired.delete(handle.handleHash);
     this.handles.set(handle.handleHash, {
       fingerprint: handle.fingerprint,
       principal: handle.principal,
@@ -177,13 +209,23 @@ export class MemoryStore implements Store {
     handle.reservations.set(request.reservationId, { sku: request.sku, cost: request.cost, deadline: request.reservationDeadline });
     this.reservationIndex.set(scopedKey(request.handleHash, request.reservationId), { handleHash: request.handleHash, reservationId: request.reservationId });
     handle.expiresAt = now + request.ttlMs;
+    this.extendLedger(request.handleHash, handle.expiresAt);
     return { kind: 'reserved', remaining };
   }
 
-  async commit(handleHash: string, reservationId: string): Promise<number | null> {
-    const handle = this.liveHandle(handleHash, this.now());
+  async commit(handleHash: string, reservationId: string, tool = ''): Promise<number | null> {
+    const now = this.now();
+    const handle = this.liveHandle(handleHash, now);
     const reservation = this.takeReservation(handleHash, handle, reservationId);
     if (!handle || !reservation) return null;
+    this.appendEntry(handleHash, handle.fingerprint, now, handle.expiresAt, {
+      kind: 'spend',
+      sku: reservation.sku,
+      credits: -reservation.cost,
+      balanceAfter: ownedOf(handle, reservation.sku),
+      ref: null,
+      ...(tool ? { tool } : {}),
+    });
     return handle.balances.get(reservation.sku) ?? 0;
   }
 
@@ -204,14 +246,16 @@ export class MemoryStore implements Store {
     return released.length;
   }
 
-  async grantCredits(handleHash: string, sku: string, credits: number): Promise<number> {
+  async grantCredits(handleHash: string, sku: string, credits: number, reason = ''): Promise<number> {
     if (!Number.isSafeInteger(credits) || credits <= 0) {
       throw new GatewayError('TB_ERR_INVALID_PARAMS', `credits to grant must be a positive integer, got ${credits}`);
     }
-    const handle = this.liveHandle(handleHash, this.now());
+    const now = this.now();
+    const handle = this.liveHandle(handleHash, now);
     if (!handle) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
     const balance = (handle.balances.get(sku) ?? 0) + credits;
     handle.balances.set(sku, balance);
+    this.appendEntry(handleHash, handle.fingerprint, now, handle.expiresAt, { kind: 'adjust', sku, credits, balanceAfter: ownedOf(handle, sku), ref: null, ...(reason ? { reason } : {}) });
     return balance;
   }
 
@@ -293,7 +337,8 @@ export class MemoryStore implements Store {
   async claimSettlement(claim: SettlementClaim): Promise<ClaimResult> {
     const key = scopedKey(claim.handleHash, claim.nonce);
     const charge = this.charges.get(key) ?? null;
-    const handle = this.liveHandle(claim.handleHash, this.now());
+    const now = this.now();
+    const handle = this.liveHandle(claim.handleHash, now);
     const balanceOf = (): number => (handle && charge ? (handle.balances.get(charge.sku) ?? 0) : 0);
     if (!charge || !CLAIMABLE.has(charge.status)) {
       return { claimed: false, charge: this.copyCharge(charge), balance: balanceOf() };
@@ -309,6 +354,17 @@ export class MemoryStore implements Store {
       }
       this.chargeLeftPending(handle, charge);
     }
+    // One grant entry per claim (SPEC §17), credits 0 when nothing was granted: every payment has its line.
+    const fingerprint = handle?.fingerprint ?? this.retired.get(claim.handleHash)?.fingerprint ?? this.ledgers.get(claim.handleHash)?.fingerprint ?? '';
+    this.appendEntry(claim.handleHash, fingerprint, now, handle?.expiresAt ?? now, {
+      kind: 'grant',
+      sku: charge.sku,
+      credits: charge.grantedCredits,
+      balanceAfter: handle ? ownedOf(handle, charge.sku) : 0,
+      ref: charge.nonce,
+      currency: charge.currency,
+      ...(claim.receivedAmount !== null ? { amount: claim.receivedAmount } : {}),
+    });
     return { claimed: true, charge: { ...charge }, balance: balanceOf() };
   }
 
@@ -406,6 +462,120 @@ export class MemoryStore implements Store {
 
   async close(): Promise<void> {}
 
+  // ── ledger (SPEC §17) ────────────────────────────────────────────────────────────────────────────
+  // Entries are appended inside the method that moves the credits (no await in between). A handle's
+  // ledger outlives it by ledgerRetentionMs; an ended handle's fingerprint is remembered for
+  // HANDLE_GRACE_MS (as Redis keeps its hash), for the grant entry of a late payment.
+
+  private readonly ledgerRetentionMs: number;
+  private readonly ledgers = new Map<string, MemoryLedger>();
+  private readonly paymentLedgers = new Map<string, MemoryLedger>();
+  private readonly retired = new Map<string, { fingerprint: string; until: number }>();
+
+  async expireHandles(now: number, limit: number): Promise<number> {
+    let ended = 0;
+    for (const [handleHash, handle] of this.handles) {
+      if (ended >= limit) break;
+      if (handle.expiresAt > now) continue;
+      this.endHandle(handleHash, handle, Math.max(now, this.clock()));
+      ended++;
+    }
+    return ended;
+  }
+
+  async ledgerTail(handleHash: string, count: number): Promise<LedgerEntry[]> {
+    const entries = this.ledgers.get(handleHash)?.entries ?? [];
+    return count <= 0 ? [] : entries.slice(-count).map((entry) => ({ ...entry }));
+  }
+
+  async *ledgerAccounts(options: { unledgeredHandles?: boolean } = {}): AsyncIterable<LedgerAccount> {
+    for (const handleHash of this.ledgers.keys()) yield { kind: 'handle', handleHash };
+    for (const payer of this.paymentLedgers.keys()) yield { kind: 'payer', payer };
+    if (!options.unledgeredHandles) return;
+    for (const handleHash of this.handles.keys()) if (!this.ledgers.has(handleHash)) yield { kind: 'handle', handleHash };
+  }
+
+  async ledgerCheckpoint(account: LedgerAccount): Promise<LedgerCheckpoint | null> {
+    const ledger = account.kind === 'handle' ? this.ledgers.get(account.handleHash) : this.paymentLedgers.get(account.payer.toLowerCase());
+    const last = ledger?.entries.at(-1);
+    // Not liveHandle: a read must not end a handle; one past its life still holds what it held.
+    const handle = account.kind === 'handle' ? this.handles.get(account.handleHash) : undefined;
+    const holdings: Record<string, LedgerHolding> = {};
+    if (handle) {
+      for (const [sku, balance] of handle.balances) holdings[sku] = { balance, reserved: 0 };
+      for (const { sku, cost } of handle.reservations.values()) holdings[sku] = { balance: holdings[sku]?.balance ?? 0, reserved: (holdings[sku]?.reserved ?? 0) + cost };
+    }
+    if (!last && Object.keys(holdings).length === 0) return null;
+    return { account, fingerprint: handle?.fingerprint ?? ledger?.fingerprint ?? '', lastSeq: last?.seq ?? 0, lastAt: last?.at ?? 0, holdings };
+  }
+
+  async readLedger(account: LedgerAccount, range: LedgerRange): Promise<LedgerEntry[]> {
+    const ledger = account.kind === 'handle' ? this.ledgers.get(account.handleHash) : this.paymentLedgers.get(account.payer.toLowerCase());
+    if (!ledger || range.limit <= 0) return [];
+    const { since, until, after, through } = range;
+    // seq is the position + 1: start right after `after`.
+    const out: LedgerEntry[] = [];
+    for (let i = after ? after.seq : 0; i < ledger.entries.length && out.length < range.limit; i++) {
+      const entry = ledger.entries[i] as LedgerEntry;
+      if (through && entry.seq > through.seq) break;
+      if (until !== undefined && entry.at >= until) break;
+      if (since !== undefined && entry.at < since) continue;
+      out.push({ ...entry });
+    }
+    return out;
+  }
+
+  /**
+   * A handle whose life is over, in one step: an `expire` entry per SKU for what it held (balance
+   * and reservations, dated at its expiry), then it and its reservations go.
+   */
+  private endHandle(handleHash: string, handle: HandleRecord, now: number): void {
+    const held = new Map(handle.balances);
+    for (const { sku, cost } of handle.reservations.values()) held.set(sku, (held.get(sku) ?? 0) + cost);
+    for (const [sku, credits] of held) {
+      if (credits !== 0) this.appendEntry(handleHash, handle.fingerprint, handle.expiresAt, now, { kind: 'expire', sku, credits: -credits, balanceAfter: 0, ref: null });
+    }
+    this.deleteHandle(handleHash, handle);
+    this.retired.set(handleHash, { fingerprint: handle.fingerprint, until: handle.expiresAt + HANDLE_GRACE_MS });
+  }
+
+  /** Appends one entry: seq = last + 1, at = max(at, last at); the ledger lives ledgerRetentionMs past max(handleExpiresAt, at). */
+  private appendEntry(handleHash: string, fingerprint: string, at: number, handleExpiresAt: number, entry: Omit<LedgerEntry, 'seq' | 'at' | 'fingerprint'>): void {
+    let ledger = this.ledgers.get(handleHash);
+    if (!ledger) this.ledgers.set(handleHash, (ledger = { fingerprint, entries: [], endsAt: 0 }));
+    if (fingerprint !== '') ledger.fingerprint = fingerprint;
+    pushEntry(ledger, { ...entry, seq: 0, at, fingerprint: ledger.fingerprint }, Math.max(handleExpiresAt, at) + this.ledgerRetentionMs);
+  }
+
+  private appendPaymentEntry(record: PaymentNonceRecord, outcome: PaymentNonceOutcome): void {
+    let ledger = this.paymentLedgers.get(record.payer);
+    if (!ledger) this.paymentLedgers.set(record.payer, (ledger = { fingerprint: '', entries: [], endsAt: 0 }));
+    const entry: LedgerEntry = {
+      seq: 0,
+      at: outcome.at,
+      kind: 'x402_settle',
+      sku: record.sku,
+      credits: 0,
+      balanceAfter: 0,
+      ref: record.nonce,
+      fingerprint: '',
+      tool: record.tool,
+      amount: record.amount,
+      network: record.network,
+      asset: record.asset,
+      payer: record.payer,
+      ...(outcome.transaction ? { transaction: outcome.transaction } : {}),
+    };
+    pushEntry(ledger, entry, outcome.at + this.ledgerRetentionMs);
+  }
+
+  /** A slide moves the handle's end, and with it its ledger's. */
+  private extendLedger(handleHash: string, handleExpiresAt: number): void {
+    const ledger = this.ledgers.get(handleHash);
+    if (ledger) ledger.endsAt = Math.max(ledger.endsAt, handleExpiresAt + this.ledgerRetentionMs);
+  }
+
+
   // ── priced-request registry (SPEC §6.5) ────────────────────────────────────────────────────────────
 
   async registerPricedRequest(key: PricedRequestKey, record: PricedRequestRecord, ttlMs: number): Promise<void> {
@@ -464,6 +634,7 @@ export class MemoryStore implements Store {
     record.state = outcome.state;
     record.transaction = outcome.transaction;
     record.finishedAt = outcome.at;
+    if (outcome.state === 'settled') this.appendPaymentEntry(record, outcome);
     return true;
   }
 
@@ -487,8 +658,9 @@ export class MemoryStore implements Store {
   }
 
   /** Sizes of every map, for tests and debugging (not part of Store). */
-  stats(): { handles: number; reservations: number; charges: number; challengeBuckets: number; leases: number; devLinks: number } {
+  stats(): { handles: number; reservations: number; charges: number; challengeBuckets: number; leases: number; devLinks: number; ledgers: number } {
     return {
+      ledgers: this.ledgers.size + this.paymentLedgers.size,
       handles: this.handles.size,
       reservations: this.reservationIndex.size,
       charges: this.charges.size,
@@ -501,7 +673,9 @@ export class MemoryStore implements Store {
   /** Drops everything that can no longer matter at `now`. Runs by itself at most once a minute. */
   sweep(now: number): void {
     this.nextSweepAt = now + SWEEP_INTERVAL_MS;
-    for (const [hash, handle] of this.handles) if (handle.expiresAt <= now) this.deleteHandle(hash, handle);
+    for (const [hash, handle] of this.handles) if (handle.expiresAt <= now) this.endHandle(hash, handle, now);
+    for (const ledgers of [this.ledgers, this.paymentLedgers]) for (const [id, ledger] of ledgers) if (ledger.endsAt <= now) ledgers.delete(id);
+    for (const [hash, retired] of this.retired) if (retired.until <= now) this.retired.delete(hash);
     for (const [key, charge] of this.charges) {
       // An opening charge never got its link (its opener died): nobody can pay it once it expired.
       if (chargeRecordEnd(charge) <= now) this.deleteCharge(key, charge);
@@ -528,7 +702,7 @@ export class MemoryStore implements Store {
     const handle = this.handles.get(handleHash);
     if (!handle) return null;
     if (handle.expiresAt > now) return handle;
-    this.deleteHandle(handleHash, handle);
+    this.endHandle(handleHash, handle, now);
     return null;
   }
 

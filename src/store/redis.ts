@@ -8,12 +8,14 @@ import type { Cluster, Redis } from 'ioredis';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
-import { indexMember, KeySpace, parseIndexMember } from './keys.js';
+import { indexMember, KeySpace, parseIndexMember, tagValue } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
 import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
+import { parseStreamEntry, parseStreamId, streamBounds, type StreamItem } from './ledger-stream.js';
 import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
 import {
   HANDLE_TTL_FLOOR_MS,
+  LEDGER_RETENTION_MS,
   OPENING_GRACE_MS,
   PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
@@ -25,6 +27,11 @@ import {
   type ClaimResult,
   type DevLink,
   type HandleState,
+  type LedgerAccount,
+  type LedgerCheckpoint,
+  type LedgerEntry,
+  type LedgerHolding,
+  type LedgerRange,
   type NewHandle,
   type OpenChargeRequest,
   type PricedRequestKey,
@@ -52,6 +59,8 @@ const SHARD_LISTING_GRACE_MS = 60_000;
 /** `handle show <fingerprint>` scans every handle key: an operator can wait. */
 const ADMIN_SCAN_BUDGET_MS = 60_000;
 const SCAN_COUNT = 1_000;
+/** Cluster expiry step: handle-expiry shards read per pass (all 16 384 every 16 passes). */
+const EXPIRY_WALK_SLICE = 1_024;
 
 type Reply = string | number | null | Reply[];
 type Arg = string | number;
@@ -60,6 +69,8 @@ export interface RedisStoreDeps {
   logger: Logger;
   /** Clock for handle and charge times (tests inject one); token buckets use Redis TIME. */
   now?: () => number;
+  /** `ledger.retention`: how long ledger entries outlive their handle (default LEDGER_RETENTION_MS). */
+  ledgerRetentionMs?: number;
 }
 
 export class RedisStore implements Store {
@@ -68,6 +79,8 @@ export class RedisStore implements Store {
   private walkCursor = 0;
   /** Cluster: when this process last listed each slot's reservation shard in the directory. */
   private readonly shardListedAt = new Map<number, number>();
+  /** Cluster expiry step: the first slot of the next slice of its rotating walk over the handle-expiry shards. */
+  private expiryWalkCursor = 0;
 
   private constructor(
     private readonly client: RedisClient,
@@ -76,6 +89,7 @@ export class RedisStore implements Store {
     private readonly clustered: boolean,
     private readonly now: () => number,
     private readonly logger: Logger,
+    private readonly ledgerRetentionMs: number,
   ) {
     for (const [name, lua] of Object.entries(SCRIPTS)) client.defineCommand(name, { lua });
   }
@@ -89,7 +103,7 @@ export class RedisStore implements Store {
     const keys = new KeySpace(redis.keyPrefix);
     if (redis.cluster !== undefined) slotTags(); // the shard names, computed once before the first call needs them
     const client = await openRedisClient(redis, deps.logger);
-    return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger);
+    return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger, deps.ledgerRetentionMs ?? LEDGER_RETENTION_MS);
   }
 
   // ── handles and reservations ─────────────────────────────────────────────────────────────────────
@@ -99,8 +113,9 @@ export class RedisStore implements Store {
       throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
     }
     const k = this.keys.handle(handle.handleHash);
-    const args = [handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, this.now()];
-    await this.call('createHandle', () => this.run('tbCreateHandle', [k.handle, k.reservations], args));
+    const args = [handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, this.now(), handle.handleHash];
+    const expiry = this.keys.handleExpiryOf(handle.handleHash, this.clustered);
+    await this.call('createHandle', () => this.run('tbCreateHandle', [k.handle, k.reservations, k.ledger, expiry], args));
   }
 
   async getHandle(handleHash: string): Promise<HandleState | null> {
@@ -139,10 +154,11 @@ export class RedisStore implements Store {
     const now = this.now();
     const ratePerSecond = request.bucket?.ratePerSecond ?? '';
     const burst = request.bucket?.burst ?? '';
-    const args = [...principalArgs(request.principal), request.sku, request.cost, request.reservationId, request.reservationDeadline, request.ttlMs, ratePerSecond, burst, member, now];
+    const args = [...principalArgs(request.principal), request.sku, request.cost, request.reservationId, request.reservationDeadline, request.ttlMs, ratePerSecond, burst, member, now, this.ledgerRetentionMs, request.handleHash];
     // One script, one round trip, in every mode: the reservation and its index entry are written together.
     const index = this.keys.reservationIndexOf(request.handleHash, this.clustered);
-    const reply = await this.call('reserve', () => this.run('tbReserve', [k.handle, k.reservations, k.charges, index], args));
+    const expiry = this.keys.handleExpiryOf(request.handleHash, this.clustered);
+    const reply = await this.call('reserve', () => this.run('tbReserve', [k.handle, k.reservations, k.charges, index, k.ledger, expiry], args));
     const [kind, a, b, c, d] = asArray(reply);
     switch (kind) {
       case 'unknown_handle':
@@ -162,12 +178,20 @@ export class RedisStore implements Store {
     }
   }
 
-  async commit(handleHash: string, reservationId: string): Promise<number | null> {
-    return this.settleReservation('commit', 'tbCommit', handleHash, reservationId);
+  async commit(handleHash: string, reservationId: string, tool = ''): Promise<number | null> {
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, reservationId);
+    const index = this.keys.reservationIndexOf(handleHash, this.clustered);
+    const balance = await this.call('commit', () => this.run('tbCommit', [k.handle, k.reservations, index, k.ledger], [reservationId, member, this.now(), tool, this.ledgerRetentionMs]));
+    return balance === null ? null : Number(balance);
   }
 
   async release(handleHash: string, reservationId: string): Promise<number | null> {
-    return this.settleReservation('release', 'tbRelease', handleHash, reservationId);
+    const k = this.keys.handle(handleHash);
+    const member = indexMember(handleHash, reservationId);
+    const index = this.keys.reservationIndexOf(handleHash, this.clustered);
+    const balance = await this.call('release', () => this.run('tbRelease', [k.handle, k.reservations, index], [reservationId, member, this.now()]));
+    return balance === null ? null : Number(balance);
   }
 
   async releaseStaleReservations(now: number, limit: number): Promise<number> {
@@ -191,12 +215,14 @@ export class RedisStore implements Store {
     );
   }
 
-  async grantCredits(handleHash: string, sku: string, credits: number): Promise<number> {
+  async grantCredits(handleHash: string, sku: string, credits: number, reason = ''): Promise<number> {
     if (!Number.isSafeInteger(credits) || credits <= 0) {
       throw new GatewayError('TB_ERR_INVALID_PARAMS', `credits to grant must be a positive integer, got ${credits}`);
     }
     const k = this.keys.handle(handleHash);
-    const balance = await this.call('grantCredits', () => this.run('tbGrantCredits', [k.handle], [sku, credits, this.now()]));
+    const expiry = this.keys.handleExpiryOf(handleHash, this.clustered);
+    const args = [sku, credits, this.now(), reason, this.ledgerRetentionMs, handleHash];
+    const balance = await this.call('grantCredits', () => this.run('tbGrantCredits', [k.handle, k.reservations, k.ledger, expiry], args));
     if (balance === null) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
     return Number(balance);
   }
@@ -303,9 +329,11 @@ export class RedisStore implements Store {
     const member = indexMember(claim.handleHash, claim.nonce);
     const { dueCharges, liveCharges } = this.keys;
     return this.call('claimSettlement', async () => {
-      const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, dueCharges, liveCharges];
+      const ledgerKeys = [k.handle, k.charges, k.reservations, k.ledger, this.keys.handleExpiryOf(claim.handleHash, this.clustered)];
+      const keys = this.clustered ? ledgerKeys : [...ledgerKeys, dueCharges, liveCharges];
       const received = claim.receivedAmount === null ? ['0', ''] : ['1', claim.receivedAmount];
-      const [claimed, raw, balance] = asArray(await this.run('tbClaimSettlement', keys, [claim.nonce, claim.outcome, claim.credits, ...received, member, this.now()]));
+      const args = [claim.nonce, claim.outcome, claim.credits, ...received, member, this.now(), this.ledgerRetentionMs, claim.handleHash];
+      const [claimed, raw, balance] = asArray(await this.run('tbClaimSettlement', keys, args));
       if (Number(claimed) === 1 && this.clustered) await Promise.all([this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member)]);
       return { claimed: Number(claimed) === 1, charge: parseCharge(raw), balance: Number(balance) };
     });
@@ -426,6 +454,135 @@ export class RedisStore implements Store {
     }
   }
 
+  // ── ledger (SPEC §17; README.md beside this file, "Ledger") ────────────────────────────────────────
+  // Entries are written by the scripts that move credits. What is here reads them, and runs the
+  // expiry step that writes `expire` entries before a handle's keys vanish.
+
+  async expireHandles(now: number, limit: number): Promise<number> {
+    if (limit <= 0) return 0;
+    return this.call(
+      'expireHandles',
+      async () => {
+        const due = this.clustered ? await this.expiredInShards(now, limit) : await this.client.zrangebyscore(this.keys.handleExpiry, '-inf', now, 'LIMIT', 0, limit);
+        const ended = await Promise.all(
+          due.map(async (handleHash) => {
+            const k = this.keys.handle(handleHash);
+            const keys = [k.handle, k.reservations, k.ledger, this.keys.handleExpiryOf(handleHash, this.clustered), this.keys.reservationIndexOf(handleHash, this.clustered)];
+            const [done] = asArray(await this.run('tbExpireHandle', keys, [handleHash, now, this.ledgerRetentionMs]));
+            return Number(done) === 1 ? 1 : 0;
+          }),
+        );
+        return ended.reduce<number>((sum, one) => sum + one, 0);
+      },
+      LISTING_BUDGET_MS,
+    );
+  }
+
+  async ledgerTail(handleHash: string, count: number): Promise<LedgerEntry[]> {
+    if (count <= 0) return [];
+    const items = await this.call('ledgerTail', () => this.client.xrevrange(this.keys.handle(handleHash).ledger, '+', '-', 'COUNT', count));
+    return (items as StreamItem[]).map(parseStreamEntry).reverse();
+  }
+
+  async *ledgerAccounts(options: { unledgeredHandles?: boolean } = {}): AsyncIterable<LedgerAccount> {
+    for (const node of this.masters()) {
+      for await (const keys of this.scan(node, this.keys.ledgerPattern)) {
+        for (const key of keys) {
+          const handleHash = tagValue(key, 'h');
+          if (handleHash) yield { kind: 'handle', handleHash };
+        }
+      }
+      for await (const keys of this.scan(node, this.keys.paymentLedgerPattern)) {
+        for (const key of keys) {
+          const payer = tagValue(key, 'x402');
+          if (payer) yield { kind: 'payer', payer };
+        }
+      }
+      if (!options.unledgeredHandles) continue;
+      for await (const keys of this.scan(node, this.keys.handlePattern)) {
+        // A handle's ledger lives in its slot, so on this node: one pipelined EXISTS per batch.
+        const hashes = keys.map((key) => tagValue(key, 'h')).filter((hash): hash is string => hash !== null);
+        const pipeline = node.pipeline();
+        for (const handleHash of hashes) pipeline.exists(this.keys.handle(handleHash).ledger);
+        const replies = await this.call('ledgerAccounts', async () => (await pipeline.exec()) ?? [], ADMIN_SCAN_BUDGET_MS);
+        for (const [i, handleHash] of hashes.entries()) {
+          const [error, exists] = replies[i] ?? [null, 1];
+          if (!error && Number(exists) === 0) yield { kind: 'handle', handleHash };
+        }
+      }
+    }
+  }
+
+  async ledgerCheckpoint(account: LedgerAccount): Promise<LedgerCheckpoint | null> {
+    if (account.kind === 'payer') {
+      const [last] = (await this.call('ledgerCheckpoint', () => this.client.xrevrange(this.keys.paymentLedger(account.payer), '+', '-', 'COUNT', 1))) as StreamItem[];
+      if (!last) return null;
+      const entry = parseStreamEntry(last);
+      return { account, fingerprint: '', lastSeq: entry.seq, lastAt: entry.at, holdings: {} };
+    }
+    const k = this.keys.handle(account.handleHash);
+    const [lastId, fingerprint, ...flat] = asArray(await this.call('ledgerCheckpoint', () => this.run('tbLedgerCheckpoint', [k.handle, k.reservations, k.ledger], [])));
+    const holdings: Record<string, LedgerHolding> = {};
+    for (let i = 0; i + 2 < flat.length; i += 3) holdings[String(flat[i])] = { balance: Number(flat[i + 1]), reserved: Number(flat[i + 2]) };
+    if (typeof lastId !== 'string' && Object.keys(holdings).length === 0) return null;
+    const [lastAt, lastSeq] = typeof lastId === 'string' ? parseStreamId(lastId) : [0, 0];
+    return { account, fingerprint: String(fingerprint ?? ''), lastSeq, lastAt, holdings };
+  }
+
+  async readLedger(account: LedgerAccount, range: LedgerRange): Promise<LedgerEntry[]> {
+    if (range.limit <= 0) return [];
+    const key = account.kind === 'handle' ? this.keys.handle(account.handleHash).ledger : this.keys.paymentLedger(account.payer);
+    const [start, end] = streamBounds(range);
+    const items = await this.call('readLedger', () => this.client.xrange(key, start, end, 'COUNT', range.limit), LISTING_BUDGET_MS);
+    return (items as StreamItem[]).map(parseStreamEntry);
+  }
+
+  /** Standalone: the one server; Cluster: every master (SCAN is per node). */
+  private masters(): Redis[] {
+    return this.clustered ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+  }
+
+  /** SCAN MATCH on one node, one batch of keys at a time (an operator verb: each call gets the admin budget). */
+  private async *scan(node: Redis, pattern: string): AsyncIterable<string[]> {
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.call('scan', () => node.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT), ADMIN_SCAN_BUDGET_MS);
+      cursor = next;
+      if (keys.length > 0) yield keys;
+    } while (cursor !== '0');
+  }
+
+  /**
+   * Cluster: handles due for the expiry step, from the next EXPIRY_WALK_SLICE handle-expiry shards of
+   * a rotating walk over all 16 384 slots (each master asked about its own slots, pipelined). The
+   * grace period (days) dwarfs a full walk (16 passes of the reconciler's ≤ 3 s tick), so no
+   * directory is needed as for reservations.
+   */
+  private async expiredInShards(now: number, limit: number): Promise<string[]> {
+    const cluster = this.client as Cluster;
+    const slots: number[] = [];
+    for (let i = 0; i < EXPIRY_WALK_SLICE; i++) slots.push((this.expiryWalkCursor + i) % SLOT_COUNT);
+    this.expiryWalkCursor = (this.expiryWalkCursor + EXPIRY_WALK_SLICE) % SLOT_COUNT;
+    const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+    const byNode = new Map<Redis, number[]>();
+    for (const slot of slots) {
+      const node = masters.get(cluster.slots[slot]?.[0] ?? '');
+      if (node) byNode.set(node, [...(byNode.get(node) ?? []), slot]);
+    }
+    const found: string[] = [];
+    await Promise.all(
+      [...byNode].map(async ([node, nodeSlots]) => {
+        for (let start = 0; start < nodeSlots.length; start += PIPELINE_CHUNK) {
+          const pipeline = node.pipeline();
+          for (const slot of nodeSlots.slice(start, start + PIPELINE_CHUNK)) pipeline.zrangebyscore(this.keys.handleExpiryShard(slot), '-inf', now, 'LIMIT', 0, limit);
+          // A slot that moved since the slot map was read answers MOVED: it is read on a later walk.
+          for (const [error, reply] of (await pipeline.exec()) ?? []) if (!error && Array.isArray(reply)) found.push(...(reply as string[]));
+        }
+      }),
+    );
+    return found.slice(0, limit);
+  }
+
   // ── priced-request registry (SPEC §6.5) ────────────────────────────────────────────────────────────
   // One key per upstream session (its own slot), one field per request: each call touches one key.
 
@@ -471,7 +628,8 @@ export class RedisStore implements Store {
   }
 
   async finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean> {
-    const reply = await this.call('finishPaymentNonce', () => this.run('tbFinishPaymentNonce', [this.keys.paymentNonce(key)], [outcome.state, outcome.transaction ?? '', outcome.at]));
+    const keys = [this.keys.paymentNonce(key), this.keys.paymentLedger(key.payer)];
+    const reply = await this.call('finishPaymentNonce', () => this.run('tbFinishPaymentNonce', keys, [outcome.state, outcome.transaction ?? '', outcome.at, this.ledgerRetentionMs]));
     return Number(reply) === 1;
   }
 
@@ -481,14 +639,6 @@ export class RedisStore implements Store {
   }
 
   // ── internals ────────────────────────────────────────────────────────────────────────────────────
-
-  private async settleReservation(op: string, script: 'tbCommit' | 'tbRelease', handleHash: string, reservationId: string): Promise<number | null> {
-    const k = this.keys.handle(handleHash);
-    const member = indexMember(handleHash, reservationId);
-    const index = this.keys.reservationIndexOf(handleHash, this.clustered);
-    const balance = await this.call(op, () => this.run(script, [k.handle, k.reservations, index], [reservationId, member, this.now()]));
-    return balance === null ? null : Number(balance);
-  }
 
   /**
    * Cluster: lists the shard of a handle's slot in the directory (score = now), at most once per

@@ -108,14 +108,18 @@ export interface Store {
   findHandlesByFingerprint(fingerprint: string): Promise<string[]>;
   /** §6.2 steps 3–6 in one atomic step: existence, binding, token bucket, reserve `cost`, slide. */
   reserve(request: SpendRequest): Promise<SpendDecision>;
-  /** Makes a reservation final; returns the balance left (net of other reservations), or null if it no longer exists. */
-  commit(handleHash: string, reservationId: string): Promise<number | null>;
+  /**
+   * Makes a reservation final and writes its `spend` ledger entry (with `tool`, when given) in the
+   * same atomic step; returns the balance left (net of other reservations), or null if it no longer
+   * exists (or the handle's life ended: the expiry step then writes its credits off).
+   */
+  commit(handleHash: string, reservationId: string, tool?: string): Promise<number | null>;
   /** Gives a reservation's credits back; returns the balance, or null if it no longer exists (already committed/released). */
   release(handleHash: string, reservationId: string): Promise<number | null>;
   /** Reservations whose deadline passed (a gateway died mid-call) are released; returns how many. */
   releaseStaleReservations(now: number, limit: number): Promise<number>;
-  /** Grants credits outside a settlement (operator `credits grant`); returns the new balance. */
-  grantCredits(handleHash: string, sku: string, credits: number): Promise<number>;
+  /** Grants credits outside a settlement (operator `credits grant`) with its `adjust` ledger entry; returns the new balance. */
+  grantCredits(handleHash: string, sku: string, credits: number, reason?: string): Promise<number>;
 
   /** §6.5 "at most one pending charge per SKU": reuse, or begin opening a new one. */
   beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult>;
@@ -127,7 +131,7 @@ export interface Store {
   findChargeByRef(providerRef: string): Promise<ChargeRecord | null>;
   /** True (and records the poll) if nobody polled this charge in the last minIntervalMs; schedules the next reconciler poll. */
   takePollSlot(handleHash: string, nonce: string, now: number, minIntervalMs: number, nextPollAt: number): Promise<boolean>;
-  /** §7.5 exactly once: claim + grant + status change in one atomic step. */
+  /** §7.5 exactly once: claim + grant + status change + the `grant` ledger entry in one atomic step. */
   claimSettlement(claim: SettlementClaim): Promise<ClaimResult>;
   /**
    * pending → abandoned (never underpaid/settled); returns true if it changed. The charge stays due
@@ -162,6 +166,28 @@ export interface Store {
   ping(): Promise<void>;
   close(): Promise<void>;
 
+  // ── ledger (SPEC §17; README.md beside this file, "Ledger") ─────────────────────────────────────
+  /**
+   * Ends handles whose life (expiresAt) is over: writes an `expire` entry per SKU for the credits they
+   * still held (balance and reservations) and drops those credits, in one atomic step per handle.
+   * Returns how many handles it ended. The reconciler calls it; Redis keeps a handle's keys
+   * HANDLE_GRACE_MS past its expiry so this step runs before they vanish.
+   */
+  expireHandles(now: number, limit: number): Promise<number>;
+  /** The handle's last `count` ledger entries, oldest first (admin `handle show`). */
+  ledgerTail(handleHash: string, count: number): Promise<LedgerEntry[]>;
+  /**
+   * Every ledger in the store, each once (Redis: SCAN on every master; duplicates are possible while
+   * keys move between nodes), in no particular order. With `unledgeredHandles`, also every handle
+   * that has no ledger (verify checks it holds nothing).
+   */
+  ledgerAccounts(options?: { unledgeredHandles?: boolean }): AsyncIterable<LedgerAccount>;
+  /** In one atomic step: the ledger's last entry and what the handle holds now (null: the account has nothing). */
+  ledgerCheckpoint(account: LedgerAccount): Promise<LedgerCheckpoint | null>;
+  /** Entries of one ledger in seq order, at most range.limit (a page: pass the last one as `after` for the next). */
+  readLedger(account: LedgerAccount, range: LedgerRange): Promise<LedgerEntry[]>;
+
+
   // ── priced-request registry (SPEC §6.5; docs/decisions.md "A released call's late result") ──────
   /** Records a forwarded priced request before its reply can be resumed elsewhere; kept `ttlMs`. */
   registerPricedRequest(key: PricedRequestKey, record: PricedRequestRecord, ttlMs: number): Promise<void>;
@@ -175,10 +201,84 @@ export interface Store {
   // ── x402 authorizations (SPEC §19) ──────────────────────────────────────────────────────────────
   /** First claim wins: true for exactly one caller per key (any replica). Kept until max(expiresAt, now + PAYMENT_NONCE_MIN_TTL_MS). */
   claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean>;
-  /** Records how a claim ended (only a 'claimed' record changes); false if it is unknown, expired or already finished. */
+  /**
+   * Records how a claim ended (only a 'claimed' record changes); false if it is unknown, expired or
+   * already finished. A 'settled' outcome writes the `x402_settle` ledger entry under the payer's
+   * address in the same atomic step.
+   */
   finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean>;
   getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null>;
 }
+
+// ── ledger (SPEC §17) ────────────────────────────────────────────────────────────────────────────
+
+/**
+ * `grant` settlement of a charge (ref = its nonce; credits may be 0: underpaid, or the handle was
+ * gone), `adjust` operator grant (reason), `spend` a committed call (tool), `expire` credits dropped
+ * with an ended handle, `x402_settle` one settled x402 call (under the payer's address, credits 0).
+ */
+export type LedgerKind = 'grant' | 'adjust' | 'spend' | 'expire' | 'x402_settle';
+
+/**
+ * One ledger entry. `balanceAfter` is what the handle owns in `sku` after the entry: its available
+ * balance plus the credits its reservations hold (a reservation is not an entry), so within one
+ * ledger it is the running sum of `credits` per SKU. Never a handle, link id or URL: `ref` is a
+ * charge nonce (grant) or an x402 authorization nonce.
+ */
+export interface LedgerEntry {
+  seq: number; // 1, 2, 3 … per ledger
+  at: number; // epoch ms, never before the previous entry of the same ledger
+  kind: LedgerKind;
+  sku: string;
+  credits: number; // signed
+  balanceAfter: number;
+  ref: string | null;
+  /** The handle's fingerprint ("" when no longer known); "" on x402 entries. */
+  fingerprint: string;
+  tool?: string; // spend, x402_settle
+  amount?: string; // grant: amount received (decimal); x402_settle: atomic units
+  currency?: string; // grant
+  reason?: string; // adjust
+  network?: string; // x402_settle (CAIP-2)
+  asset?: string; // x402_settle
+  payer?: string; // x402_settle
+  transaction?: string; // x402_settle
+}
+
+/** A ledger: a handle's (under its hash tag), or an x402 payer's (under the payer's tag). */
+export type LedgerAccount = { kind: 'handle'; handleHash: string } | { kind: 'payer'; payer: string };
+
+/** One SKU of a handle as stored: available balance and credits held by reservations. */
+export interface LedgerHolding {
+  balance: number;
+  reserved: number;
+}
+
+export interface LedgerCheckpoint {
+  account: LedgerAccount;
+  fingerprint: string;
+  /** The last entry (seq 0 = none): entries up to it are the whole history behind `holdings`. */
+  lastSeq: number;
+  lastAt: number;
+  /** What the handle holds now, per SKU; {} once its credits were dropped or its keys are gone; {} for payers. */
+  holdings: Record<string, LedgerHolding>;
+}
+
+export interface LedgerRange {
+  since?: number; // at ≥ since
+  until?: number; // at < until
+  after?: { at: number; seq: number }; // entries after this one
+  through?: { at: number; seq: number }; // entries up to this one
+  limit: number;
+}
+
+/** Default `ledger.retention`: entries outlive their handle by this much. */
+export const LEDGER_RETENTION_MS = 400 * 24 * 3_600_000;
+/**
+ * Redis keeps a handle's keys this long past its expiry, so the reconciler's expiry step can write
+ * its `expire` entries before the keys vanish (and a late payment still finds its fingerprint).
+ */
+export const HANDLE_GRACE_MS = 7 * 24 * 3_600_000;
 
 // ── x402 authorizations ──────────────────────────────────────────────────────────────────────────
 

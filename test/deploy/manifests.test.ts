@@ -342,6 +342,13 @@ t.test('dashboard: schema, datasource variable, unique ids, non-overlapping pane
   const cells = new Map<string, number>();
   for (const panel of panels) {
     const name = `panel ${panel.id} "${panel.title}"`;
+    if (panel.type === 'row') {
+      // A row header: full width, one unit high, no queries of its own.
+      t.match(panel.gridPos, { x: 0, w: 24, h: 1 }, `${name} spans the dashboard`);
+      t.ok(panel.title && panel.collapsed === false && !panel.targets, `${name} is an open row header`);
+      for (let col = 0; col < 24; col++) cells.set(`${panel.gridPos.y}:${col}`, panel.id);
+      continue;
+    }
     t.ok(['timeseries', 'stat'].includes(panel.type), `${name} type ${panel.type}`);
     t.same(panel.datasource, { type: 'prometheus', uid: '${datasource}' }, `${name} datasource`);
     const { x, y, w, h } = panel.gridPos;
@@ -359,7 +366,7 @@ t.test('dashboard: schema, datasource variable, unique ids, non-overlapping pane
       for (const metric of seriesIn(target.expr)) t.ok(series.has(metric), `${name}: ${metric} is declared in metrics.ts`);
     }
   }
-  const exprs = panels.flatMap((p) => p.targets.map((q: any) => q.expr as string)).join('\n');
+  const exprs = panels.flatMap((p) => (p.targets ?? []).map((q: any) => q.expr as string)).join('\n');
   for (const [needle, what] of [
     ['tollbooth_credits_total{kind="granted"}', 'credits granted'], ['tollbooth_settlements_total', 'settlements'],
     ['kind="refunded"', 'credits refunded'], ['outcome="challenged"', 'challenges'], ['tollbooth_mcp_requests_total', 'request rate'],
@@ -367,6 +374,15 @@ t.test('dashboard: schema, datasource variable, unique ids, non-overlapping pane
     ['upstream_error', 'upstream errors'], ['tollbooth_pending_charges', 'pending charges'], ['tollbooth_store_errors_total', 'store errors'],
     ['tollbooth_auth_failures_total', 'auth failures'],
   ] as const) t.ok(exprs.includes(needle), `a panel shows ${what}`);
+
+  // Issue 16: a revenue/credits row, granted vs spent vs refunded per SKU, from the existing series.
+  const row = panels.find((p) => p.type === 'row' && /revenue/i.test(p.title));
+  t.ok(row, 'a revenue and credits row');
+  const below = panels.filter((p) => p.type !== 'row' && p.gridPos.y > row.gridPos.y);
+  for (const kind of ['granted', 'spent', 'refunded']) {
+    t.ok(below.some((p) => p.targets.some((q: any) => q.expr.includes(`tollbooth_credits_total{kind="${kind}"}`) && /by \(sku\)/.test(q.expr))), `the row shows credits ${kind} per SKU`);
+  }
+  t.ok(below.some((p) => p.targets.some((q: any) => q.expr.includes('tollbooth_settlements_total'))), 'the row shows settlements');
 });
 
 // SPEC §20: tollbooth_mcp_requests_total{status} carries 2xx/3xx/4xx/5xx, never a raw code.

@@ -18,6 +18,7 @@ import {
   type SpendRequest,
   type Store,
 } from '../../src/store/store.js';
+import { ledgerBehaviours } from './ledger-conformance.js';
 
 /** Returns a new, empty store on the given clock (Redis: a flushed database or a fresh key prefix): the global views (dueCharges, listCharges, countPendingCharges) must see only this test's data. */
 export type MakeStore = (opts: { now: () => number }) => Promise<Store>;
@@ -1032,4 +1033,6 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
   behaviour('200 concurrent claims of one nonce: exactly one wins', async (f, t) => {
     t.equal(await concurrentNonceClaims([f.store], nonceClaim(f.clock)), 1);
   });
+  // ── ledger (SPEC §17): ledger-conformance.ts ──────────────────────────────────────────────────────
+  ledgerBehaviours(behaviour);
 }

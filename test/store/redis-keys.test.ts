@@ -6,6 +6,7 @@ import { Redis } from 'ioredis';
 import { createLogger } from '../../src/observability/logger.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
+import { HANDLE_GRACE_MS, LEDGER_RETENTION_MS } from '../../src/store/store.js';
 import type { GatewayConfig } from '../../src/config/schema.js';
 import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
 
@@ -14,7 +15,7 @@ const HOUR = 3_600_000;
 const logger = createLogger('silent');
 
 /** Runs every Store method at least once and leaves some state open (a reservation, a pending charge). */
-async function exerciseEveryOperation(store: RedisStore): Promise<void> {
+async function exerciseEveryOperation(store: RedisStore, clock: { offset: number }): Promise<void> {
   const now = Date.now();
   const bucket = { ratePerSecond: 0.01, burst: 1 };
   await store.createHandle({ handleHash: 'aa11', fingerprint: 'tb_s_aaaa..1111', principal: 'alice', ttlMs: HOUR });
@@ -63,6 +64,23 @@ async function exerciseEveryOperation(store: RedisStore): Promise<void> {
   await store.payDevLink('dev-1', '5.00');
   await store.getDevLink('dev-1');
   await store.ping();
+
+  // x402 (SPEC §19) and the ledger (SPEC §17): a settled authorization, an ended handle, the readers.
+  const claim = { network: 'eip155:84532', asset: '0x036cbd53842c5426634e7929541ec2318f3dcf7e', payer: '0x857b06519e91e3a54538791bdbb0e22373e36b66', nonce: `0x${'01'.repeat(32)}`, expiresAt: now + 600_000, claimedAt: now, sku: 'research', tool: 'fetch_readable', amount: '20000' };
+  await store.claimPaymentNonce(claim);
+  await store.finishPaymentNonce(claim, { state: 'settled', transaction: `0x${'ab'.repeat(32)}`, at: now });
+  await store.getPaymentNonce(claim);
+  // cc33 lives on a clock two hours behind, so it has ended by now; the others have not.
+  clock.offset = -2 * HOUR;
+  await store.createHandle({ handleHash: 'cc33', fingerprint: 'tb_s_cccc..3333', principal: null, ttlMs: HOUR });
+  await store.grantCredits('cc33', 'research', 2, 'ended');
+  clock.offset = 0;
+  for (let pass = 0; pass < 17; pass++) await store.expireHandles(Date.now(), 100);
+  await store.ledgerTail('aa11', 10);
+  for await (const account of store.ledgerAccounts({ unledgeredHandles: true })) {
+    const checkpoint = await store.ledgerCheckpoint(account);
+    if (checkpoint) await store.readLedger(account, { limit: 10 });
+  }
   // priced-request registry (SPEC §6.5): one hash per upstream session hash
   await store.registerPricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, { state: 'in_flight', handleHash: 'aa11', reservationId: 'r-pr', tool: 'fetch_readable', sku: 'research', cost: 1, charge: 'success', deadline: now + 20_000, remaining: null, fingerprint: null, startedAt: now }, HOUR);
   await store.concludePricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, 'committed', 2);
@@ -85,8 +103,9 @@ async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number
 }
 
 async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: number[], clustered: boolean): Promise<void> {
-  const store = await RedisStore.connect(storeConfig, { logger });
-  await exerciseEveryOperation(store);
+  const clock = { offset: 0 };
+  const store = await RedisStore.connect(storeConfig, { logger, now: () => Date.now() + clock.offset });
+  await exerciseEveryOperation(store, clock);
   await store.close();
   const keys = await keysWithTtl(ports);
   t.ok(keys.length >= 12, `${keys.length} keys written`);
@@ -94,11 +113,11 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
     t.ok(key.startsWith(PREFIX), `${key} starts with the prefix`);
     t.ok(pttl > 0, `${key} has a TTL (${pttl} ms)`);
   }
-  const handleKeys = keys.filter(({ key }) => /\{h:(aa11|bb22)\}/.test(key)).map(({ key }) => key);
+  const handleKeys = keys.filter(({ key }) => /\{h:(aa11|bb22|cc33)\}/.test(key)).map(({ key }) => key);
   t.same(
     handleKeys.sort(),
-    [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`],
-    'every key of a handle carries its hash tag',
+    [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:ledger`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`, `${PREFIX}{h:bb22}:ledger`, `${PREFIX}{h:cc33}`, `${PREFIX}{h:cc33}:ledger`],
+    'every key of a handle, its ledger included, carries its hash tag',
   );
   for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}']) {
     t.ok(keys.some(({ key }) => key === PREFIX + kind), `${kind} key present`);
@@ -106,15 +125,25 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
   t.ok(keys.some(({ key }) => /^tbkeys:\{ev:[0-9a-f]{64}\}$/.test(key)), 'a claimed event is one key named by a digest of its id');
   // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
   // handle's fingerprint lives outside the handle's tag.
-  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+)\}$/;
-  const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges)?$/;
-  for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key), `${key} is a handle key or a known global key`);
+  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+|handle-expiry)\}$|^tbkeys:\{rs:[0-9a-z]+\}:exp$/;
+  const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges|:ledger)?$/;
+  // x402 (SPEC §19): an authorization claim and the payer's ledger, under the payer's tag.
+  const payerKey = /^tbkeys:\{x402:0x[0-9a-f]{40}\}(:nonce:[^:]+:[^:]+:0x[0-9a-f]{64}|:nonce:eip155:[0-9]+:0x[0-9a-f]{40}:0x[0-9a-f]{64}|:ledger)$/;
+  for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key) || payerKey.test(key), `${key} is a handle key, a payer key or a known global key`);
+  t.ok(keys.some(({ key }) => key === `${PREFIX}{x402:${'0x857b06519e91e3a54538791bdbb0e22373e36b66'}}:ledger`), 'the payer ledger is under the payer tag');
   t.notOk(keys.some(({ key }) => key.includes('tb_s_')), 'no key is named by a fingerprint');
   // The reservation index: one zset standalone; in Cluster one shard per slot, in the handle's slot.
-  const open = keys.filter(({ key }) => key === `${PREFIX}{reservations}` || /^tbkeys:\{rs:/.test(key)).map(({ key }) => key);
+  const open = keys.filter(({ key }) => key === `${PREFIX}{reservations}` || /^tbkeys:\{rs:[0-9a-z]+\}$/.test(key)).map(({ key }) => key);
   t.same(open, [clustered ? new KeySpace(PREFIX).reservationIndexOf('aa11', true) : `${PREFIX}{reservations}`], 'the open reservation is indexed');
-  const handleTtl = keys.find(({ key }) => key === `${PREFIX}{h:aa11}`)?.pttl ?? 0;
-  t.ok(handleTtl > HOUR - 60_000 && handleTtl <= HOUR, 'a handle key lives one handle TTL');
+  const ttlOf = (key: string): number => keys.find((found) => found.key === PREFIX + key)?.pttl ?? 0;
+  const handleTtl = ttlOf('{h:aa11}');
+  t.ok(handleTtl > HOUR + HANDLE_GRACE_MS - 60_000 && handleTtl <= HOUR + HANDLE_GRACE_MS, 'a handle key lives one handle TTL plus the grace period of the expiry step');
+  const ledgerTtl = ttlOf('{h:aa11}:ledger');
+  t.ok(ledgerTtl > HOUR + LEDGER_RETENTION_MS - 60_000 && ledgerTtl <= HOUR + LEDGER_RETENTION_MS, 'a ledger outlives its handle by ledger.retention');
+  // The handle-expiry index: one zset standalone; in Cluster one shard per slot, in the handle's slot.
+  const expiry = keys.filter(({ key }) => key === `${PREFIX}{handle-expiry}` || /:exp$/.test(key)).map(({ key }) => key).sort();
+  const space = new KeySpace(PREFIX);
+  t.same(expiry, [...new Set(['aa11', 'bb22'].map((hash) => space.handleExpiryOf(hash, clustered)))].sort(), 'handles holding credits are in the expiry index; an ended one left it');
 }
 
 t.test('standalone: every key has a TTL, the prefix and, per handle, the hash tag', async (t) => {

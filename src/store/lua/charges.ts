@@ -101,9 +101,10 @@ return {1, c.status, int(charge_end(c))}
 
 /**
  * §7.5 exactly once: only a pending, abandoned or expired charge is claimed (money that arrived is
- * never ignored); status, amounts, credits, funded flag, pending pointer and due index change together.
- * KEYS handle, charges, [due index, live-charges index].
- * ARGV nonce, outcome, credits, hasReceived, receivedAmount, indexMember, clockNow.
+ * never ignored); status, amounts, credits, funded flag, pending pointer, due index and the grant
+ * ledger entry (SPEC §17: one per claim, credits 0 when nothing is granted) change together.
+ * KEYS handle, charges, reservations, ledger, handle-expiry index, [due index, live-charges index].
+ * ARGV nonce, outcome, credits, hasReceived, receivedAmount, indexMember, clockNow, ledgerRetentionMs, handleHash.
  * Returns {claimed 0|1, chargeJson|nil, balance}.
  */
 export const CLAIM_SETTLEMENT = `
@@ -123,18 +124,27 @@ if ARGV[4] == '1' then c.receivedAmount = ARGV[5] else c.receivedAmount = cjson.
 if alive then c.grantedCredits = credits else c.grantedCredits = 0 end
 local out = cjson.encode(c)
 redis.call('HSET', KEYS[2], ARGV[1], out)
-if KEYS[3] then
-  redis.call('ZREM', KEYS[3], ARGV[6])
-  redis.call('ZREM', KEYS[4], ARGV[6])
+if KEYS[6] then
+  redis.call('ZREM', KEYS[6], ARGV[6])
+  redis.call('ZREM', KEYS[7], ARGV[6])
 end
+local ends = ledger_end(KEYS[1], clock, tonumber(ARGV[8]))
+ledger_open(KEYS[1], KEYS[3], KEYS[4], clock, ends)
 if alive then
   if credits > 0 then
+    index_expiry(KEYS[5], ARGV[9], tonumber(redis.call('HGET', KEYS[1], 'x')), clock, KEYS[1])
     redis.call('HINCRBY', KEYS[1], 'b:' .. c.sku, int(credits))
     redis.call('HSET', KEYS[1], 'f:' .. c.sku, '1')
   end
   if redis.call('HGET', KEYS[1], 'pc:' .. c.sku) == ARGV[1] then redis.call('HDEL', KEYS[1], 'pc:' .. c.sku) end
   redis.call('HSET', KEYS[1], 'lc:' .. c.sku, ARGV[1])
 end
+local extra = {'r', ARGV[1], 'cu', c.currency}
+if ARGV[4] == '1' then
+  extra[#extra + 1] = 'a'
+  extra[#extra + 1] = ARGV[5]
+end
+ledger_append(KEYS[4], clock, clock, ends, redis.call('HGET', KEYS[1], 'fp'), 'grant', c.sku, c.grantedCredits, owned_of(KEYS[1], KEYS[3], c.sku), extra)
 return {1, out, balance()}
 `;
 

@@ -4,24 +4,28 @@
 
 /**
  * The fingerprint lives in the handle's own hash (field fp): the operator look-up scans handle keys
- * (redis.ts), so no index outside the handle's hash tag exists (§8).
- * KEYS handle, reservations. ARGV fingerprint, hasPrincipal, principal, ttlMs, now.
+ * (redis.ts), so no index outside the handle's hash tag exists (§8). The keys live HANDLE_GRACE_MS
+ * past the handle's expiry (field x decides liveness), so the expiry step can still write the
+ * ledger's expire entries (../README.md, "Ledger").
+ * KEYS handle, reservations, ledger, handle-expiry index. ARGV fingerprint, hasPrincipal, principal, ttlMs, now, handleHash.
  */
 export const CREATE_HANDLE = `
 local now = tonumber(ARGV[5])
 local ttl = tonumber(ARGV[4])
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[6])
 redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'x', int(now + ttl))
 if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'p', ARGV[3]) end
-redis.call('PEXPIRE', KEYS[1], int(ttl))
+redis.call('PEXPIRE', KEYS[1], int(ttl + HANDLE_GRACE_MS))
 return 1
 `;
 
 /**
  * §6.2 steps 3–6: existence, binding, token bucket (Redis TIME), balance, reservation, slide.
  * KEYS handle, reservations, charges, reservation index (global, or in Cluster the shard of the
- * handle's slot: either way in this script, §6.5).
- * ARGV hasPrincipal, principal, sku, cost, reservationId, deadline, ttlMs, rate, burst, indexMember, now.
+ * handle's slot: either way in this script, §6.5), ledger, handle-expiry index (the same choice).
+ * ARGV hasPrincipal, principal, sku, cost, reservationId, deadline, ttlMs, rate, burst, indexMember,
+ * now, ledgerRetentionMs, handleHash.
  */
 export const RESERVE = `
 local h = KEYS[1]
@@ -59,36 +63,53 @@ live_until(KEYS[4], tonumber(ARGV[6]) + RETENTION_MS, now)
 local remaining = redis.call('HINCRBY', h, 'b:' .. sku, int(-cost))
 redis.call('HSET', KEYS[2], ARGV[5], ARGV[6] .. ' ' .. ARGV[4] .. ' ' .. sku)
 local ttl = tonumber(ARGV[7])
-redis.call('HSET', h, 'x', int(now + ttl))
-redis.call('PEXPIRE', h, int(ttl))
-redis.call('PEXPIRE', KEYS[2], int(ttl))
+local x = now + ttl
+redis.call('HSET', h, 'x', int(x))
+redis.call('PEXPIRE', h, int(ttl + HANDLE_GRACE_MS))
+redis.call('PEXPIRE', KEYS[2], int(ttl + HANDLE_GRACE_MS))
+-- The slide moves the handle's end, so its expiry index entry and its ledger's end move with it.
+index_expiry(KEYS[6], ARGV[13], x, now)
+live_until(KEYS[5], x + tonumber(ARGV[12]), now)
 return {'reserved', remaining, fresh}
 `;
 
-/** KEYS handle, reservations, reservation index. ARGV reservationId, indexMember, now. Returns the balance or nil. */
+/**
+ * Makes a reservation final and writes its spend entry. A handle past its life keeps its
+ * reservations for the expiry step, which writes them off in its expire entry.
+ * KEYS handle, reservations, reservation index, ledger. ARGV reservationId, indexMember, now, tool, ledgerRetentionMs.
+ * Returns the balance or nil.
+ */
 export const COMMIT = `
+local now = tonumber(ARGV[3])
 local r = redis.call('HGET', KEYS[2], ARGV[1])
 if not r then return false end
+if not handle_live(KEYS[1], now) then return false end
+local ends = ledger_end(KEYS[1], now, tonumber(ARGV[5]))
+ledger_open(KEYS[1], KEYS[2], KEYS[4], now, ends)
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
-if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
-local sku = string.match(r, '^%S+ %S+ (.*)$')
-return tonumber(redis.call('HGET', KEYS[1], 'b:' .. sku) or '0')
+local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
+local balance = tonumber(redis.call('HGET', KEYS[1], 'b:' .. sku) or '0')
+local extra = {}
+if ARGV[4] ~= '' then extra = {'t', ARGV[4]} end
+ledger_append(KEYS[4], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'spend', sku, -tonumber(cost), balance + reserved_of(KEYS[2], sku), extra)
+return balance
 `;
 
-/** Same keys and arguments as COMMIT; gives the credits back. */
+/** KEYS handle, reservations, reservation index. ARGV reservationId, indexMember, now. Gives the credits back (no entry). */
 export const RELEASE = `
 local r = redis.call('HGET', KEYS[2], ARGV[1])
 if not r then return false end
+if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
-if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
 local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
 return redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
 `;
 
 /**
- * Releases the listed reservations of one handle whose deadline is before \`before\`.
+ * Releases the listed reservations of one handle whose deadline is before \`before\`. Those of a
+ * handle past its life only leave the index: the expiry step writes them off with its credits.
  * KEYS handle, reservations, reservation index. ARGV before, now, handleHash, reservationId…
  * Returns how many credits-holding reservations were released.
  */
@@ -101,12 +122,10 @@ for i = 4, #ARGV do
   local deadline, cost, sku
   if r then deadline, cost, sku = string.match(r, '^(%S+) (%S+) (.*)$') end
   if not r or tonumber(deadline) < before then
-    if r then
+    if r and alive then
       redis.call('HDEL', KEYS[2], ARGV[i])
-      if alive then
-        redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
-        released = released + 1
-      end
+      redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
+      released = released + 1
     end
     redis.call('ZREM', KEYS[3], ARGV[3] .. ':' .. ARGV[i])
   end
@@ -114,8 +133,18 @@ end
 return released
 `;
 
-/** KEYS handle. ARGV sku, credits, now. Returns the new balance, or nil for an unknown handle. */
+/**
+ * An operator grant and its adjust entry. KEYS handle, reservations, ledger, handle-expiry index.
+ * ARGV sku, credits, now, reason, ledgerRetentionMs, handleHash. Returns the new balance, or nil for an unknown handle.
+ */
 export const GRANT_CREDITS = `
-if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
-return redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[1], ARGV[2])
+local now = tonumber(ARGV[3])
+if not handle_live(KEYS[1], now) then return false end
+local sku = ARGV[1]
+local ends = ledger_end(KEYS[1], now, tonumber(ARGV[5]))
+ledger_open(KEYS[1], KEYS[2], KEYS[3], now, ends)
+index_expiry(KEYS[4], ARGV[6], tonumber(redis.call('HGET', KEYS[1], 'x')), now, KEYS[1])
+local balance = redis.call('HINCRBY', KEYS[1], 'b:' .. sku, ARGV[2])
+ledger_append(KEYS[3], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'adjust', sku, tonumber(ARGV[2]), balance + reserved_of(KEYS[2], sku), {'why', ARGV[4]})
+return balance
 `;

@@ -4,6 +4,7 @@
 import { ABANDON_CHARGE, ABORT_CHARGE, ATTACH_LINK, BEGIN_CHARGE, CLAIM_SETTLEMENT, EXPIRE_CHARGE, TAKE_POLL_SLOT } from './charges.js';
 import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, PRUNE_SHARD_DIRECTORY, TAKE_CHALLENGE_TOKEN } from './global.js';
 import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
+import { EXPIRE_HANDLE, LEDGER_CHECKPOINT, LEDGER_PRELUDE } from './ledger.js';
 import { PRELUDE } from './prelude.js';
 import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
 import { FINISH_PAYMENT_NONCE } from './x402.js';
@@ -15,6 +16,8 @@ const BODIES = {
   tbRelease: RELEASE,
   tbReleaseStale: RELEASE_STALE,
   tbGrantCredits: GRANT_CREDITS,
+  tbExpireHandle: EXPIRE_HANDLE,
+  tbLedgerCheckpoint: LEDGER_CHECKPOINT,
   tbBeginCharge: BEGIN_CHARGE,
   tbAttachLink: ATTACH_LINK,
   tbAbortCharge: ABORT_CHARGE,
@@ -37,5 +40,5 @@ export type ScriptName = keyof typeof BODIES;
 
 /** Script name → full Lua source (shared helpers first). */
 export const SCRIPTS: Record<ScriptName, string> = Object.fromEntries(
-  Object.entries(BODIES).map(([name, body]) => [name, PRELUDE + body]),
+  Object.entries(BODIES).map(([name, body]) => [name, PRELUDE + LEDGER_PRELUDE + body]),
 ) as Record<ScriptName, string>;

@@ -1,0 +1,174 @@
+// The ledger (SPEC §17) in Redis: one stream per handle, `P{h:<hash>}:ledger`, entry id
+// "<at>-<seq>", written by the same script that moves the credits (reserve writes nothing: a
+// reservation is not an entry). ../README.md ("Ledger") explains the layout and the expiry step.
+// Fields: k kind, s sku, c credits (signed), b balanceAfter, fp fingerprint, r ref, t tool,
+// a amount, cu currency, why reason, n network, as asset, p payer, tx transaction.
+
+/** Helpers prepended (after PRELUDE) to every script. */
+export const LEDGER_PRELUDE = `
+local HANDLE_GRACE_MS = 604800000
+
+-- Credits a handle's reservations hold in one SKU (its :res hash holds "deadline cost sku").
+local function reserved_of(res, sku)
+  local total = 0
+  for _, r in ipairs(redis.call('HVALS', res)) do
+    local cost, s = string.match(r, '^%S+ (%S+) (.*)$')
+    if s == sku then total = total + tonumber(cost) end
+  end
+  return total
+end
+
+-- What a handle owns in one SKU: its available balance plus what its reservations hold.
+local function owned_of(handle, res, sku)
+  return tonumber(redis.call('HGET', handle, 'b:' .. sku) or '0') + reserved_of(res, sku)
+end
+
+local function field_of(fields, name)
+  for i = 1, #fields, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return nil
+end
+
+-- When a handle's ledger may go: ledger.retention after the handle's life (or after now, if later).
+local function ledger_end(handle, now, retention)
+  local x = tonumber(redis.call('HGET', handle, 'x') or '0')
+  if x < now then x = now end
+  return x + retention
+end
+
+-- Appends one entry: seq = last seq + 1, at = max(at, last at), so seq and time order agree within
+-- a ledger and the id "<at>-<seq>" always grows. fp false: the fingerprint of the last entry.
+-- extra: more field/value pairs. Keeps the ledger alive until ends_at (never shortens it).
+local function ledger_append(ledger, at, now, ends_at, fp, kind, sku, credits, balance_after, extra)
+  local seq, last_fields = 0, nil
+  local last = redis.call('XREVRANGE', ledger, '+', '-', 'COUNT', 1)[1]
+  if last then
+    local last_at, last_seq = string.match(last[1], '^(%d+)-(%d+)$')
+    seq = tonumber(last_seq)
+    if tonumber(last_at) > at then at = tonumber(last_at) end
+    last_fields = last[2]
+  end
+  if not fp then fp = (last_fields and field_of(last_fields, 'fp')) or '' end
+  local command = {'XADD', ledger, int(at) .. '-' .. int(seq + 1), 'k', kind, 's', sku, 'c', int(credits), 'b', int(balance_after), 'fp', fp}
+  for i = 1, #extra do command[#command + 1] = extra[i] end
+  redis.call(unpack(command))
+  live_until(ledger, ends_at, now)
+  return seq + 1
+end
+
+-- A handle funded before the ledger existed (an upgrade) gets, before its first entry, one opening
+-- adjust entry per SKU it holds, so that its ledger adds up from then on. Nothing for a new handle.
+local function ledger_open(handle, res, ledger, now, ends_at)
+  if redis.call('EXISTS', ledger) == 1 then return end
+  local fields = redis.call('HGETALL', handle)
+  local fp = field_of(fields, 'fp') or ''
+  for i = 1, #fields, 2 do
+    local sku = string.match(fields[i], '^b:(.*)$')
+    if sku then
+      local owned = owned_of(handle, res, sku)
+      if owned ~= 0 then
+        ledger_append(ledger, now, now, ends_at, fp, 'adjust', sku, owned, owned, {'why', 'opening balance: credits held before the ledger existed'})
+      end
+    end
+  end
+end
+
+-- The handle-expiry index entry of a handle that holds or held credits: score = its expiry. With
+-- \`handle\`, its keys are also kept the grace period past x (a handle created before the ledger
+-- existed has a TTL of exactly x, and the expiry step must find it).
+local function index_expiry(index, handle_hash, x, now, handle)
+  redis.call('ZADD', index, int(x), handle_hash)
+  live_until(index, x + HANDLE_GRACE_MS, now)
+  if handle then live_until(handle, x + HANDLE_GRACE_MS, now) end
+end
+`;
+
+/**
+ * Ends one handle whose life is over (SPEC §17 `expire`): an entry per SKU for what it still held
+ * (balance and reservations), then its balances and reservations go. The hash itself stays until its
+ * TTL (HANDLE_GRACE_MS past expiry) so a late payment still finds its fingerprint.
+ * KEYS handle, reservations, ledger, handle-expiry index, reservation index.
+ * ARGV handleHash, now, retentionMs. Returns {ended 0|1, credits dropped}.
+ */
+export const EXPIRE_HANDLE = `
+local now = tonumber(ARGV[2])
+local x = tonumber(redis.call('HGET', KEYS[1], 'x'))
+if x == nil then
+  -- Its keys are gone (past the grace period): nothing left to write off.
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return {0, 0}
+end
+if x > now then
+  index_expiry(KEYS[4], ARGV[1], x, now)
+  return {0, 0}
+end
+local ends = ledger_end(KEYS[1], now, tonumber(ARGV[3]))
+ledger_open(KEYS[1], KEYS[2], KEYS[3], now, ends)
+local held, order = {}, {}
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local sku = string.match(fields[i], '^b:(.*)$')
+  if sku then
+    held[sku] = tonumber(fields[i + 1])
+    order[#order + 1] = sku
+  end
+end
+for _, r in ipairs(redis.call('HVALS', KEYS[2])) do
+  local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
+  if held[sku] == nil then
+    held[sku] = 0
+    order[#order + 1] = sku
+  end
+  held[sku] = held[sku] + tonumber(cost)
+end
+local fp = field_of(fields, 'fp') or false
+local dropped = 0
+for _, sku in ipairs(order) do
+  if held[sku] ~= 0 then
+    -- Dated at the handle's end of life, when the credits stopped being spendable.
+    ledger_append(KEYS[3], x, now, ends, fp, 'expire', sku, -held[sku], 0, {})
+    dropped = dropped + held[sku]
+  end
+  redis.call('HDEL', KEYS[1], 'b:' .. sku)
+end
+for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('ZREM', KEYS[5], ARGV[1] .. ':' .. id) end
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return {1, dropped}
+`;
+
+/**
+ * For verify, in one atomic step: the ledger's last entry and what the handle holds (balance and
+ * reservations per SKU). KEYS handle, reservations, ledger.
+ * Returns {lastId|false, fingerprint, sku, balance, reserved, sku, …}.
+ */
+export const LEDGER_CHECKPOINT = `
+local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)[1]
+local fields = redis.call('HGETALL', KEYS[1])
+local fp = field_of(fields, 'fp')
+if not fp and last then fp = field_of(last[2], 'fp') end
+local out = {(last and last[1]) or false, fp or ''}
+local held, order = {}, {}
+for i = 1, #fields, 2 do
+  local sku = string.match(fields[i], '^b:(.*)$')
+  if sku then
+    held[sku] = {tonumber(fields[i + 1]), 0}
+    order[#order + 1] = sku
+  end
+end
+for _, r in ipairs(redis.call('HVALS', KEYS[2])) do
+  local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
+  if held[sku] == nil then
+    held[sku] = {0, 0}
+    order[#order + 1] = sku
+  end
+  held[sku][2] = held[sku][2] + tonumber(cost)
+end
+for _, sku in ipairs(order) do
+  out[#out + 1] = sku
+  out[#out + 1] = held[sku][1]
+  out[#out + 1] = held[sku][2]
+end
+return out
+`;
