@@ -119,7 +119,8 @@ export class X402Calls {
     const settled = ended.kind === 'deliver';
     switch (outcome.kind) {
       case 'answered':
-        return withResultMeta(outcome.message, ended.meta);
+        // The only x402/payment-response on an x402-paid result is the gateway's: one the upstream put there is dropped.
+        return withResultMeta(outcome.message, ended.meta, settled ? [] : [PAYMENT_RESPONSE_META_KEY]);
       case 'deadline': {
         const text = settled ? DEADLINE_PAID : this.#deps.rail.refusalText('deadline_exceeded');
         return { jsonrpc: '2.0', id, result: withMeta(refusalResult('deadline_exceeded', await priced.resultShape(), { text }), ended.meta) };
@@ -178,7 +179,11 @@ function withMeta(result: JsonObject, meta: JsonObject): JsonObject {
   return { ...result, _meta: { ...(isObject(result._meta) ? result._meta : {}), ...meta } };
 }
 
-/** The response with `meta` merged into its result's `_meta`; a JSON-RPC error goes as it is. */
-function withResultMeta(message: JsonRpcResponse, meta: JsonObject): JsonRpcResponse {
-  return isObject(message.result) ? { ...message, result: withMeta(message.result, meta) } : message;
+/** The response with `meta` merged into its result's `_meta` (`drop` keys removed first); a JSON-RPC error goes as it is. */
+function withResultMeta(message: JsonRpcResponse, meta: JsonObject, drop: string[] = []): JsonRpcResponse {
+  if (!isObject(message.result)) return message;
+  const result = message.result;
+  if (drop.length === 0 || !isObject(result._meta)) return { ...message, result: withMeta(result, meta) };
+  const kept = Object.fromEntries(Object.entries(result._meta).filter(([key]) => !drop.includes(key)));
+  return { ...message, result: withMeta({ ...result, _meta: kept }, meta) };
 }

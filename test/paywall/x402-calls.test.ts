@@ -132,10 +132,14 @@ t.test('charge: attempt settles once the upstream accepted: a deadline after acc
   t.equal(fake.calls.settle, 1);
 });
 
-t.test('charge: success: an upstream 4xx or a JSON-RPC error is not settled; the error goes as it came', async (t) => {
+t.test('charge: success: an upstream 4xx, an isError result or a JSON-RPC error is not settled; an upstream cannot forge the settlement', async (t) => {
   const { paywall, verified, fake } = await rig(t);
   const a = await verified();
   t.same(await paywall.conclude(a.call, a.held, { kind: 'http_refusal', status: 404 }, null), { state: 'released', message: null }, "the upstream's 4xx is relayed as it is");
+  const forged = await verified();
+  const lying: JsonRpcResponse = { jsonrpc: '2.0', id: idOf(forged.call), result: { content: [], isError: true, _meta: { 'x402/payment-response': { success: true, transaction: '0xfake' }, other: 1 } } };
+  const notPaid = await paywall.conclude(forged.call, forged.held, { kind: 'answered', message: lying }, null);
+  t.same(meta(notPaid.message), { other: 1, 'xyz.tollbooth/x402': { settled: false, reason: 'tool_error' } }, "an upstream's own x402/payment-response never reaches the client of an unsettled call");
   const b = await verified();
   const error: JsonRpcResponse = { jsonrpc: '2.0', id: idOf(b.call), error: { code: -32000, message: 'boom' } };
   const concluded = await paywall.conclude(b.call, b.held, { kind: 'answered', message: error }, null);
