@@ -35,7 +35,7 @@ async function setUp(t: Test, options: { callDeadline?: string; ignoreCancellati
   const fake = await startFakeFacilitator();
   t.teardown(() => fake.close());
   const base = testConfig(upstream.url);
-  const gateway = await startTestGateway(t, withX402({ ...base, upstream: { url: upstream.url, callDeadline: options.callDeadline ?? '10s' }, tools: { ...base.tools, polling: { sku: 'research', cost: 1 } } }, fake.url));
+  const gateway = await startTestGateway(t, withX402({ ...base, upstream: { url: upstream.url, callDeadline: options.callDeadline ?? '10s' }, tools: { ...base.tools, polling: { sku: 'research', cost: 1 }, progress: { sku: 'research', cost: 1 } } }, fake.url));
   return { upstream, gateway, fake };
 }
 
@@ -127,4 +127,20 @@ t.test('a client that resumes while the tool still runs (the upstream moves the 
   const line = gateway.logs().find((l) => l.evt === 'call' && l.rail === 'x402' && l.tool === 'slow');
   t.match(line, { settled: false, outcome: 'upstream_error' }, 'the owner concluded it unsettled');
   t.ok(gateway.logs().some((l) => l.evt === 'priced_response_dropped' && l.tool === 'slow'), 'the result did turn up on the GET, and was dropped there');
+});
+
+t.test('a settlement refused on an SSE reply: the result event is replaced by payment_failed under the same event id; no part of the result goes out', async (t) => {
+  const { gateway, fake } = await setUp(t);
+  const session = await openSession(gateway.url);
+  const payload = await payFor(session, 'progress', { steps: 2 });
+  fake.failSettle({ mode: 'refuse', reason: 'insufficient_funds' }, 1);
+  const paid = await post(session, { ...call(31, 'progress', { steps: 2 }, payload), params: { name: 'progress', arguments: { steps: 2 }, _meta: { ...paymentMeta(payload), progressToken: 'p1' } } });
+  t.match(paid.response.headers.get('content-type'), /text\/event-stream/);
+  const reply = await paid.responseFor(31, 5_000);
+  t.match(reply?.result?._meta?.[REFUSAL], { reason: 'payment_failed', errorReason: 'insufficient_funds' });
+  const last = paid.events.at(-1);
+  t.ok(last?.id, 'the final event keeps an event id (the held result event\'s)');
+  t.ok(paid.events.some((e) => e.message?.method === 'notifications/progress'), 'progress before the result streamed as it came');
+  t.notOk(paid.events.some((e) => e.data?.includes('done:2')), "nothing of the tool's result");
+  t.equal(fake.calls.settle, 1);
 });
