@@ -12,7 +12,9 @@ import { registerRequestIdEcho, requestIdOf } from './observability/request-id.j
 import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
 import { registerDevCheckout } from './payments/dev-checkout.js';
+import type { X402Rail } from './payments/x402/rail.js';
 import { Paywall } from './paywall/decide.js';
+import { X402Calls } from './paywall/x402-calls.js';
 import type { UpstreamTarget } from './proxy/upstream-target.js';
 import { registerMcpEndpoint } from './proxy/mcp-endpoint.js';
 import type { Store } from './store/store.js';
@@ -31,6 +33,8 @@ export interface GatewayDeps {
   now?: () => number;
   /** Extra routes a provider needs (the Moove webhook receiver), registered with the others. */
   registerProviderRoutes?: (app: FastifyInstance, settler: Settler) => void;
+  /** The x402 rail (SPEC §19), when payments.x402 is on; its owner closes it after the drain. */
+  x402Rail?: X402Rail | null;
 }
 
 export interface Gateway {
@@ -91,6 +95,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     metrics: deps.metrics,
     logger: deps.logger,
     now,
+    x402: deps.x402Rail ? x402Calls(config, deps.x402Rail, deps) : null,
   });
 
   let resourceServer: ResourceServer | null = null;
@@ -151,6 +156,18 @@ function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
   app.addHook('preClose', async () => {
     for (const socket of unused) socket.destroy();
     unused.clear();
+  });
+}
+
+function x402Calls(config: GatewayConfig, rail: X402Rail, deps: GatewayDeps): X402Calls {
+  const x402Prices = Object.fromEntries(Object.entries(config.skus).map(([sku, { x402Price }]) => [sku, x402Price]));
+  return new X402Calls({
+    rail,
+    store: deps.store,
+    // A paid retry per client is throttled like paid calls per handle, in a bucket of its own.
+    settings: { endpointUrl: config.server.publicUrl, x402Prices, perClient: config.limits.perHandle, argumentName: config.handles.argumentName },
+    metrics: deps.metrics,
+    logger: deps.logger,
   });
 }
 

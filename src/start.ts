@@ -7,6 +7,7 @@ import { createMetrics } from './observability/metrics.js';
 import { DevProvider } from './payments/dev.js';
 import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
+import { X402Rail } from './payments/x402/rail.js';
 import { Reconciler } from './payments/reconciler.js';
 import { MOOVE_WEBHOOK_EVENT_MEMORY_MS, registerMooveWebhookRoute } from './payments/webhook.js';
 import { startBridge } from './bridge/index.js';
@@ -50,6 +51,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })
       : new DevProvider({ store, publicUrl: config.server.publicUrl });
+  const x402Rail = X402Rail.fromConfig(config, { store, logger, metrics, clock: now }); // null when payments.x402 is off
 
   const gateway = await buildGateway(config, {
     store,
@@ -58,6 +60,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     logger,
     metrics,
     now,
+    x402Rail,
     registerProviderRoutes: (app, settler) =>
       registerMooveWebhookRoute(app, {
         secret: config.payments.provider === 'moove' ? config.payments.moove.webhookSecret : '',
@@ -93,6 +96,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
       gateway.app.server.closeAllConnections();
       await upstream.close().catch(() => undefined);
       await provider.close?.().catch(() => undefined);
+      await x402Rail?.close().catch(() => undefined);
       await store.close().catch(() => undefined);
     })();
     return closing;

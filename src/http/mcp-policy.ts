@@ -12,7 +12,8 @@ import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcR
 import type { ToolCatalog } from '../mcp/tool-catalog.js';
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
 import type { Logger } from '../observability/logger.js';
-import type { Authorisation, Paywall, PricedCall } from '../paywall/decide.js';
+import { withoutPayments } from '../payments/x402/payload.js';
+import type { HeldCall, Paywall, PricedCall } from '../paywall/decide.js';
 import type { ResultShape } from '../paywall/challenge.js';
 import { BatchExchange, type HeldEntry } from '../proxy/batch-call.js';
 import type { McpCall } from '../proxy/call-state.js';
@@ -97,7 +98,7 @@ function forwardFree(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest
       call.ownIds = requestIds(classified.messages);
     }
   }
-  request.body = forwardedBody(request, body);
+  request.body = forwardedBody(request, withoutPayments(body)); // a signed x402 payment never reaches the upstream
 }
 
 /** SPEC §6.2 steps 1–6 for one priced tools/call; an authorised call is forwarded and concluded by PricedExchange.run. */
@@ -132,7 +133,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   for (const message of classified.messages) {
     const toolCall = classified.toolCalls.find((c) => c.request === message);
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
-      forwarded.push(message);
+      forwarded.push(withoutPayments(message) as JsonRpcMessage);
       continue;
     }
     const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt);
@@ -156,13 +157,13 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
 }
 
 /** Records the forwarded priced request in its upstream session (in process at once, in the store before any of its reply goes out). */
-function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: string, toolCall: ToolCall, priced: PricedCall, authorisation: Extract<Authorisation, { kind: 'reserved' }>): Registration {
+function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: string, toolCall: ToolCall, priced: PricedCall, authorisation: HeldCall): Registration {
   const id = toolCall.request.id ?? null;
   const written = deps.registry
     .register(sessionId, id, {
       state: 'in_flight',
-      handleHash: authorisation.handleHash,
-      reservationId: authorisation.reservationId,
+      // An x402-paid call holds no reservation: its record names the authorization instead (settled only by this exchange).
+      ...(authorisation.kind === 'reserved' ? { handleHash: authorisation.handleHash, reservationId: authorisation.reservationId } : { handleHash: '', reservationId: '', x402: authorisation.claim.key }),
       tool: toolCall.name,
       sku: priced.price.sku,
       cost: priced.price.cost,

@@ -12,10 +12,13 @@ import type { Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
 import type { PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
+import { paymentIn, stripPayment } from '../payments/x402/payload.js';
+import type { X402Claim } from '../payments/x402/rail.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason, type ResultShape } from './challenge.js';
 import { challengeThrottleKey } from './client-key.js';
 import { hashHandle, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
+import { resumedX402Result, type X402Calls, type X402Held } from './x402-calls.js';
 
 export interface PaywallSettings {
   argumentName: string;
@@ -37,6 +40,8 @@ export interface PaywallDeps {
   metrics: Metrics;
   logger: Logger;
   now: () => number;
+  /** The x402 rail's side of each step (SPEC §19); absent when payments.x402 is off. */
+  x402?: X402Calls | null;
 }
 
 /** One priced call as the paywall sees it. */
@@ -58,7 +63,9 @@ export interface PricedCall {
 }
 
 /** The facts of the one log line every priced call gets (SPEC §10). */
-interface CallFacts {
+export interface CallFacts {
+  /** Which rail the call went by: x402 when it carried a payment the x402 rail took (SPEC §19). */
+  rail: 'credits' | 'x402';
   tokenPresented: boolean;
   tokenFingerprint: string | null;
   tokenRecognised: boolean;
@@ -66,7 +73,12 @@ interface CallFacts {
 
 export type Authorisation =
   | { kind: 'answer'; result: JsonObject; outcome: PaidOutcome; facts: CallFacts }
-  | { kind: 'reserved'; handleHash: string; reservationId: string; forwardParams: JsonObject; facts: CallFacts };
+  | { kind: 'reserved'; handleHash: string; reservationId: string; forwardParams: JsonObject; facts: CallFacts }
+  /** Paid by the x402 payment it carried (verified, its nonce claimed): no handle, no credits. */
+  | { kind: 'x402'; claim: X402Claim; forwardParams: JsonObject; facts: CallFacts };
+
+/** A call that was forwarded: it holds a reservation, or an x402 claim. */
+export type HeldCall = Exclude<Authorisation, { kind: 'answer' }>;
 
 /**
  * What happened upstream to a forwarded priced call (proxy/priced-call.ts reads it off the proxy's
@@ -119,11 +131,16 @@ export class Paywall {
   /** §6.2 steps 2–6. Never throws: store and provider failures become `payments_unavailable` (fail closed). */
   async authorise(priced: PricedCall): Promise<Authorisation> {
     const token = priced.call.args[this.#deps.settings.argumentName];
+    const payment = paymentIn(priced.call.request.params);
     const facts: CallFacts = {
+      rail: 'credits',
       tokenPresented: token !== undefined,
       tokenFingerprint: typeof token === 'string' ? fingerprint(token) : null,
       tokenRecognised: false,
     };
+    // §19: an x402 payment and no handle → the call pays for itself; none of the handle steps run.
+    // Otherwise a payment is ignored (stripped from what is forwarded) and the credit rail decides.
+    if (this.#deps.x402?.takes(priced, token, payment)) return this.#deps.x402.authorise(priced, { ...facts, rail: 'x402' });
     try {
       // Step 2: no token (or not a string) → a new handle and a challenge.
       if (typeof token !== 'string') return await this.#challengeNewHandle(priced, 'payment_required', facts);
@@ -147,7 +164,7 @@ export class Paywall {
       if (decision.kind === 'insufficient' && decision.lastCharge?.status === 'abandoned') decision = await this.#settleThenReserve(priced, handleHash, reservationId, decision, decision.lastCharge);
       if (decision.kind === 'reserved') {
         const { [this.#deps.settings.argumentName]: _token, ...args } = priced.call.args;
-        return { kind: 'reserved', handleHash, reservationId, forwardParams: { ...(priced.call.request.params as JsonObject), arguments: args }, facts };
+        return { kind: 'reserved', handleHash, reservationId, forwardParams: stripPayment({ ...(priced.call.request.params as JsonObject), arguments: args }), facts };
       }
       // The second reserve takes no token, so only a handle that vanished in between lands here.
       if (decision.kind !== 'insufficient') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
@@ -165,11 +182,13 @@ export class Paywall {
    * the result is withheld. A registered call (it has an upstream session, so its stream could be
    * resumed elsewhere) may have been concluded by a resumed stream first: the registry says how.
    */
-  async conclude(priced: PricedCall, held: Extract<Authorisation, { kind: 'reserved' }>, outcome: CallOutcome, registration: PricedRequestKey | null): Promise<Conclusion> {
+  async conclude(priced: PricedCall, held: HeldCall, outcome: CallOutcome, registration: PricedRequestKey | null): Promise<Conclusion> {
     const { sku, cost, charge } = priced.price;
     const succeeded = outcome.kind === 'answered' && isSuccess(outcome.message);
     const accepted = outcome.kind === 'answered' || (outcome.kind !== 'http_refusal' && outcome.accepted);
     const keep = charge === 'attempt' ? accepted : succeeded;
+    // The same policy decides for an x402-paid call whether its payment is settled (§19).
+    if (held.kind === 'x402') return this.#concludeX402(priced, held, outcome, keep, registration);
 
     const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: priced.call.name, reqId: priced.reqId });
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
@@ -208,6 +227,8 @@ export class Paywall {
    * of the two concludes first decides, and the other finds the reservation gone and reads the registry).
    */
   async concludeResumed(key: PricedRequestKey, record: PricedRequestRecord, message: JsonRpcResponse): Promise<JsonRpcResponse | null> {
+    // An x402-paid call is settled only by the exchange holding its payment: here it is delivered if settled, else dropped.
+    if (record.x402) return resumedX402Result(this.#deps.store, record, message);
     const { sku, cost } = record;
     const succeeded = isSuccess(message);
     if (record.state === 'committed') return succeeded ? withReceipt(message, { sku, cost, remaining: record.remaining }) : message;
@@ -217,7 +238,7 @@ export class Paywall {
     const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool });
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : succeeded ? 'authorised' : 'upstream_error';
-      this.#logLine({ tool: record.tool, sku, facts: { tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
+      this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
     }
     if (settled.state === 'committed') return succeeded ? withReceipt(message, { sku, cost, remaining: settled.remaining }) : message;
     // Released here for an error result: the client may see the error. Released at the deadline, by
@@ -256,6 +277,12 @@ export class Paywall {
       this.#countStoreFailure(context.reqId, error, keep ? 'commit' : 'release');
       return { state: 'unknown', remaining: null, ours: false };
     }
+  }
+
+  async #concludeX402(priced: PricedCall, held: X402Held, outcome: CallOutcome, wouldCommit: boolean, registration: PricedRequestKey | null): Promise<Conclusion> {
+    const concluded = await (this.#deps.x402 as X402Calls).conclude(priced, held, outcome, wouldCommit, registration);
+    this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts: held.facts, outcome: concluded.logOutcome, cost: 0, startedAt: priced.startedAt, x402: { ...held.claim.logFields(), settled: concluded.settled } });
+    return { state: concluded.state, message: concluded.message };
   }
 
   /** Logs and counts an answer the gateway gave itself (challenge or refusal). */
@@ -352,11 +379,13 @@ export class Paywall {
   ): Promise<Authorisation> {
     const charge = pending?.status === 'pending' && pending.checkoutUrl && pending.expiresAt > this.#deps.now() + 60_000 ? pending : await this.#chargeFor(priced, handleHash, budgetTaken);
     if ('kind' in charge) return this.#refuseRateLimited(priced, facts, charge.retryAfterMs);
+    const shape = await priced.resultShape();
     const result = challengeResult(
       { reason, tool: priced.call.name, price: priced.price, checkoutUrl: charge.checkoutUrl as string, expiresAt: charge.expiresAt, handle, argumentName: this.#deps.settings.argumentName },
-      await priced.resultShape(),
+      shape,
     );
-    return { kind: 'answer', result, outcome: 'challenged', facts };
+    // Both rails in one challenge (§19): PaymentRequired beside the checkout link when the SKU is offered x402.
+    return { kind: 'answer', result: this.#deps.x402 ? this.#deps.x402.challengeAdditions(priced, shape, result) : result, outcome: 'challenged', facts };
   }
 
   /**
@@ -439,10 +468,11 @@ export class Paywall {
   }
 
   /** The one log line (and counter) of a priced call (SPEC §10), wherever it is concluded. */
-  #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean }): void {
+  #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; x402?: JsonObject }): void {
     const { metrics, logger, now } = this.#deps;
     metrics.paidCalls.inc({ tool: line.tool, sku: line.sku, outcome: line.outcome });
-    logger.info({ evt: 'call', reqId: line.reqId, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}) });
+    // An x402-paid call adds payer (shortened), network, amount (atomic units) and settled: never the payment or its signature.
+    logger.info({ evt: 'call', reqId: line.reqId, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}), ...line.x402 });
   }
 }
 

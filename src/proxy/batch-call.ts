@@ -7,7 +7,7 @@
 import type { FastifyReply } from 'fastify';
 import { errorResponse, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCall } from '../mcp/classify.js';
-import type { Authorisation, CallOutcome, PricedCall } from '../paywall/decide.js';
+import type { CallOutcome, HeldCall, PricedCall } from '../paywall/decide.js';
 import { sendCancelled } from './cancel.js';
 import type { McpCall, PricedForward, UpstreamHead } from './call-state.js';
 import type { PricedCallDeps, Registration } from './priced-call.js';
@@ -17,7 +17,7 @@ import { classifyUpstreamError, UpstreamAbort, upstreamFailure, type UpstreamFai
 export interface HeldEntry {
   call: ToolCall;
   priced: PricedCall;
-  authorisation: Extract<Authorisation, { kind: 'reserved' }>;
+  authorisation: HeldCall;
   registration: Registration | null;
 }
 

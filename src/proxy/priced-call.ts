@@ -11,7 +11,7 @@ import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import type { JsonRpcResponse } from '../mcp/jsonrpc.js';
 import { serialiseEvent, type SseEvent } from '../mcp/sse.js';
-import type { Authorisation, CallOutcome, Paywall, PricedCall } from '../paywall/decide.js';
+import type { CallOutcome, HeldCall, Paywall, PricedCall } from '../paywall/decide.js';
 import type { PricedRequestKey } from '../store/store.js';
 import type { DeadlineQueue } from '../http/deadlines.js';
 import { sendCancelled, type CancelTarget } from './cancel.js';
@@ -53,7 +53,7 @@ export class PricedExchange implements PricedForward {
   readonly #call: McpCall;
   readonly #reply: FastifyReply;
   readonly #priced: PricedCall;
-  readonly #held: Extract<Authorisation, { kind: 'reserved' }>;
+  readonly #held: HeldCall;
   readonly #registration: Registration | null;
   readonly #head: Promise<Head>;
   #resolveHead!: (head: Head) => void;
@@ -68,7 +68,7 @@ export class PricedExchange implements PricedForward {
   #resultEvent: SseEvent | null = null;
   #upstreamOutcome: UpstreamOutcome = 'answered';
 
-  constructor(deps: PricedCallDeps, call: McpCall, reply: FastifyReply, priced: PricedCall, held: Extract<Authorisation, { kind: 'reserved' }>, registration: Registration | null) {
+  constructor(deps: PricedCallDeps, call: McpCall, reply: FastifyReply, priced: PricedCall, held: HeldCall, registration: Registration | null) {
     this.#deps = deps;
     this.#call = call;
     this.#reply = reply;
@@ -187,8 +187,12 @@ export class PricedExchange implements PricedForward {
       }
     }
     // The stream ended without the result. With event ids and a session, the upstream may have ended it
-    // on purpose (2025-11-25 polling) or moved it to a resumed GET: the call stays in flight.
-    if (relay && sawEventId && this.#registration) return DETACHED;
+    // on purpose (2025-11-25 polling) or moved it to a resumed GET: the call stays in flight. Not an
+    // x402-paid call: only this exchange holds its payment, so no other stream could ever settle it.
+    if (relay && sawEventId && this.#registration) {
+      if (this.#held.kind === 'x402') return this.#unmatched('the upstream ended the stream of an x402-paid call before its result; no other stream can settle it');
+      return DETACHED;
+    }
     this.#upstreamOutcome = 'bad_response';
     return { kind: 'failed', accepted: true };
   }

@@ -345,6 +345,12 @@ export interface PricedRequestRecord {
   /** For the call's log line where it is concluded (§10): not a secret. */
   fingerprint: string | null;
   startedAt: number;
+  /**
+   * Set when the call is paid by x402 (SPEC §19; handleHash and reservationId are then empty): only the
+   * replica holding the payment can settle it, so a stream elsewhere never concludes it; a settled
+   * call's result is delivered with the settlement read from this authorization's record.
+   */
+  x402?: PaymentNonceKey;
 }
 
 /**

@@ -353,10 +353,10 @@ t.test('provider failure while reading a pending charge → payments_unavailable
 t.test('facts for the call log: presented, fingerprint, recognised', async (t) => {
   const r = rig();
   const none = await r.call();
-  t.same(none.facts, { tokenPresented: false, tokenFingerprint: null, tokenRecognised: false });
+  t.same(none.facts, { rail: 'credits', tokenPresented: false, tokenFingerprint: null, tokenRecognised: false });
   const handle = challengeOf(none).retry.value as string;
   const known = await r.call({ tollboothToken: handle });
-  t.same(known.facts, { tokenPresented: true, tokenFingerprint: `${handle.slice(0, 9)}..${handle.slice(-4)}`, tokenRecognised: true });
+  t.same(known.facts, { rail: 'credits', tokenPresented: true, tokenFingerprint: `${handle.slice(0, 9)}..${handle.slice(-4)}`, tokenRecognised: true });
   const unknown = await r.call({ tollboothToken: 'tb_s_AAAAAAAAAAAAAAAAAAAAAA' });
-  t.same(unknown.facts, { tokenPresented: true, tokenFingerprint: 'tb_s_AAAA..AAAA', tokenRecognised: false });
+  t.same(unknown.facts, { rail: 'credits', tokenPresented: true, tokenFingerprint: 'tb_s_AAAA..AAAA', tokenRecognised: false });
 });

@@ -52,6 +52,20 @@ export function stripPayment(params: JsonObject): JsonObject {
 }
 
 /**
+ * A request body (one message or a batch) without any `params._meta["x402/payment"]`: what the
+ * upstream may see of any request, free tools and other methods included — a signed authorization
+ * never reaches the upstream. The same value when nothing carries a payment (the common case).
+ */
+export function withoutPayments(body: unknown): unknown {
+  if (Array.isArray(body)) return body.some(carriesPayment) ? body.map(withoutPayments) : body;
+  if (!carriesPayment(body)) return body;
+  const message = body as JsonObject;
+  return { ...message, params: stripPayment(message.params as JsonObject) };
+}
+
+const carriesPayment = (message: unknown): boolean => isObject(message) && paymentIn(message.params) !== undefined;
+
+/**
  * Checks a payload against this call's requirements, as far as that can be done without the
  * facilitator: version, scheme, network, the requirements the payer accepted, the authorization's
  * form, payee and value, and a validity window no longer than the requirements allow (plus

@@ -1,7 +1,7 @@
 // Reading the payment of a retry (SPEC §19): where it is, stripping it before forwarding, and the
 // local checks that need no facilitator.
 import t from 'tap';
-import { checkPayload, nonceKey, paymentIn, stripPayment } from '../../../src/payments/x402/payload.js';
+import { checkPayload, nonceKey, paymentIn, stripPayment, withoutPayments } from '../../../src/payments/x402/payload.js';
 import { requirementsFor } from '../../../src/payments/x402/requirements.js';
 import { clonePayload, newPayer } from '../../helpers/x402-payer.js';
 import { call, TERMS } from './fixtures.js';
@@ -22,6 +22,17 @@ t.test('stripping keeps everything else and drops a _meta left empty', async (t)
   t.same(stripPayment({ name: 'x', _meta: { 'x402/payment': {} } }), { name: 'x' });
   const untouched = { name: 'x', _meta: { progressToken: 1 } };
   t.equal(stripPayment(untouched), untouched);
+});
+
+t.test('a request body loses every payment, in each message of a batch, and is the same value when none carries one', async (t) => {
+  const paid = { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: {}, _meta: { 'x402/payment': { x: 1 }, progressToken: 2 } } };
+  const free = { jsonrpc: '2.0', id: 2, method: 'ping' };
+  t.same(withoutPayments(paid), { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: {}, _meta: { progressToken: 2 } } });
+  t.same(withoutPayments([free, paid]), [free, { ...paid, params: { name: 'echo', arguments: {}, _meta: { progressToken: 2 } } }]);
+  t.equal(withoutPayments(free), free);
+  const batch = [free, { jsonrpc: '2.0', method: 'notifications/initialized' }];
+  t.equal(withoutPayments(batch), batch);
+  t.equal((paid.params._meta as Record<string, unknown>)['x402/payment'] !== undefined, true, 'the original is not changed');
 });
 
 t.test('a library-signed payload passes; each broken field is named with an x402 reason', async (t) => {
