@@ -237,7 +237,10 @@ const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst:
 // ── tracing (SPEC §17): OpenTelemetry spans over OTLP/HTTP, off while otlpEndpoint is empty ─────────
 // otlpEndpoint is a base URL as OTEL_EXPORTER_OTLP_ENDPOINT: spans go to {base}/v1/traces.
 const tracingSchema = z.strictObject({
-  otlpEndpoint: z.union([httpUrl, z.literal('')], 'an absolute http(s) base URL of an OTLP/HTTP collector (spans go to {base}/v1/traces), or "" for off').default(''),
+  otlpEndpoint: z
+    .string('an absolute http(s) base URL of an OTLP/HTTP collector, or "" for off')
+    .refine((value) => value === '' || isHttpUrl(value), 'an absolute http(s) base URL of an OTLP/HTTP collector (spans go to {base}/v1/traces), or "" for off')
+    .default(''),
   serviceName: z.string().min(1, 'a non-empty service name').default('tollbooth'),
   sampleRatio: z.number('a fraction from 0 to 1').min(0, 'a fraction from 0 to 1').max(1, 'a fraction from 0 to 1').default(1),
 });

@@ -112,3 +112,90 @@ t.test('a paid flow: each request a SERVER span under the client traceparent, wi
 
   assertNoSecrets(t, receiver, { handle: flow.handle, 'checkout URL': flow.checkoutUrl, 'link id': flow.linkId, 'bearer token': 'bearer-secret-7f3a9c', 'tool argument': ARGUMENT_SECRET });
 });
+
+t.test('a batch: one SERVER span, one event per paid entry, the provider read on the request path, one upstream span', async (t) => {
+  const receiver = await startOtlpReceiver();
+  t.teardown(() => receiver.close());
+  const gateway = await tracedGateway(t, stateless.url, receiver);
+  const challenge = await post(gateway, toolCall('fetch_readable', { url: 'fund' }));
+  const offer = challenge.json.result._meta['xyz.tollbooth/challenge'];
+  // Paid without the checkout's pay action (which settles at once): the batch's first entry reads the charge.
+  t.ok(await gateway.store.payDevLink(new URL(offer.checkoutUrl).pathname.split('/').at(-1) as string, '5.00'));
+  const batch = [toolCall('echo', { text: 'free' }, 1), toolCall('fetch_readable', { url: 'a', tollboothToken: offer.retry.value }, 2), toolCall('costly', { q: 'b', tollboothToken: offer.retry.value }, 3)];
+  const reply = await post(gateway, batch, { ...CLIENT_TRACE, 'mcp-protocol-version': '2025-03-26' });
+  t.equal(reply.json.filter((m: Json) => m.result?._meta?.['xyz.tollbooth/receipt']).length, 2, 'both priced entries ran');
+  await gateway.close();
+  await receiver.waitFor((spans) => spans.some((span) => span.name === 'batch'));
+
+  const server = receiver.spans.find((span) => span.name === 'batch') as ReceivedSpan;
+  t.equal(server.kind, SPAN_KIND.SERVER);
+  t.equal(server.parentSpanId, CLIENT_SPAN_ID);
+  t.match(server.attributes, { 'mcp.method': 'batch', 'tollbooth.cost': 3, 'tollbooth.paid_calls': 2 });
+  t.notOk('mcp.tool' in server.attributes, 'a batch names no single tool');
+  t.same(
+    server.events.map((event) => event.attributes).sort((a, b) => String(a['mcp.tool']).localeCompare(String(b['mcp.tool']))),
+    [
+      { 'mcp.tool': 'costly', 'tollbooth.outcome': 'authorised', 'tollbooth.sku': 'research', 'tollbooth.cost': 2 },
+      { 'mcp.tool': 'fetch_readable', 'tollbooth.outcome': 'authorised', 'tollbooth.sku': 'research', 'tollbooth.cost': 1 },
+    ],
+  );
+  const children = names(childrenOf(receiver.spans, server));
+  t.ok(children.includes('provider readCharge'), 'the pending charge was read for the batch');
+  t.ok(children.includes('store claimSettlement'), 'and settled');
+  t.equal(children.filter((name) => name === 'store commit').length, 2, 'each priced entry committed');
+  t.equal(children.filter((name) => name === 'upstream POST').length, 1, 'the forwarded entries went upstream as one request');
+});
+
+t.test('SSE replies, GET streams and DELETE in a session are traced; a sampled-out client trace is honoured', async (t) => {
+  const sessions = await startPaidUpstream('sessions-sse');
+  t.teardown(() => sessions.close());
+  const receiver = await startOtlpReceiver();
+  t.teardown(() => receiver.close());
+  const gateway = await tracedGateway(t, sessions.url, receiver);
+  const init = await post(gateway, { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } });
+  const session = init.headers.get('mcp-session-id') as string;
+  t.ok(session, 'a session');
+  const inSession = { ...CLIENT_TRACE, 'mcp-session-id': session };
+  await post(gateway, { jsonrpc: '2.0', method: 'notifications/initialized' }, { 'mcp-session-id': session });
+
+  // A GET stream, opened and left by the client.
+  const leave = new AbortController();
+  const stream = await fetch(gateway.url, { method: 'GET', headers: { accept: 'text/event-stream', 'mcp-protocol-version': '2025-11-25', ...inSession }, signal: leave.signal });
+  t.equal(stream.status, 200);
+  leave.abort();
+  await stream.body?.cancel().catch(() => undefined);
+
+  // A paid call answered as an event stream.
+  const challenge = await post(gateway, toolCall('fetch_readable', { url: 'sse' }), inSession);
+  const offer = challenge.json.result._meta['xyz.tollbooth/challenge'];
+  await fetch(`${offer.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
+  const paid = await post(gateway, toolCall('fetch_readable', { url: 'sse-paid', tollboothToken: offer.retry.value }), inSession);
+  t.equal(paid.headers.get('content-type'), 'text/event-stream');
+  t.ok(paid.json.result._meta['xyz.tollbooth/receipt']);
+
+  // The client chose not to sample this one: no span is exported, the upstream still sees one trace.
+  const unsampledTrace = '4bf92f3577b34da6a3ce929d0e0e4736';
+  await post(gateway, toolCall('echo', { text: 'unsampled' }), { traceparent: `00-${unsampledTrace}-00f067aa0ba902b7-00`, 'mcp-session-id': session });
+  await fetch(gateway.url, { method: 'DELETE', headers: { 'mcp-protocol-version': '2025-11-25', ...inSession } });
+  await gateway.close();
+  await receiver.waitFor((spans) => spans.some((span) => span.name === 'DELETE /mcp'));
+  const spans = receiver.spans;
+
+  const get = spans.find((span) => span.name === 'GET /mcp') as ReceivedSpan;
+  t.ok(get, 'the GET stream has its SERVER span');
+  t.equal(get.parentSpanId, CLIENT_SPAN_ID);
+  t.same(names(childrenOf(spans, get)), ['upstream GET'], 'and an upstream span for the stream');
+  t.ok(spans.find((span) => span.name === 'DELETE /mcp' && span.kind === SPAN_KIND.SERVER), 'DELETE has its SERVER span');
+
+  const paidSpan = spans.find((span) => span.attributes['tollbooth.outcome'] === 'authorised') as ReceivedSpan;
+  t.ok(names(childrenOf(spans, paidSpan)).includes('store registerPricedRequest'), 'the call registered in its upstream session (SPEC §6.5)');
+  const upstreamSpan = childrenOf(spans, paidSpan).find((span) => span.name === 'upstream POST') as ReceivedSpan;
+  const received = sessions.callsOf('fetch_readable').find((call) => call.arguments.url === 'sse-paid');
+  t.equal(received?.headers.traceparent, `00-${CLIENT_TRACE_ID}-${upstreamSpan.spanId}-01`);
+
+  t.notOk(spans.some((span) => span.traceId === unsampledTrace), 'nothing exported for a trace the client did not sample');
+  const unsampled = sessions.callsOf('echo').find((call) => call.arguments.text === 'unsampled');
+  t.match(unsampled?.headers.traceparent, new RegExp(`^00-${unsampledTrace}-[0-9a-f]{16}-00$`), 'the upstream continues the same (unsampled) trace');
+  t.not(unsampled?.headers.traceparent, `00-${unsampledTrace}-00f067aa0ba902b7-00`, "with the gateway's span as parent, not the client's");
+  assertNoSecrets(t, receiver, { 'session id': session, handle: offer.retry.value, 'checkout URL': offer.checkoutUrl });
+});
