@@ -6,6 +6,7 @@ import t from 'tap';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startOtlpReceiver, SPAN_KIND, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
+import { startRedis } from '../helpers/redis-server.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -198,4 +199,20 @@ t.test('SSE replies, GET streams and DELETE in a session are traced; a sampled-o
   t.match(unsampled?.headers.traceparent, new RegExp(`^00-${unsampledTrace}-[0-9a-f]{16}-00$`), 'the upstream continues the same (unsampled) trace');
   t.not(unsampled?.headers.traceparent, `00-${unsampledTrace}-00f067aa0ba902b7-00`, "with the gateway's span as parent, not the client's");
   assertNoSecrets(t, receiver, { 'session id': session, handle: offer.retry.value, 'checkout URL': offer.checkoutUrl });
+});
+
+t.test('on the Redis store: the same children, the store wrapper in front of the Lua-backed store', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const receiver = await startOtlpReceiver();
+  t.teardown(() => receiver.close());
+  const gateway = await startTestGateway(t, testConfig(stateless.url, { store: { type: 'redis', redis: { url: redis.url } }, tracing: { otlpEndpoint: receiver.url } }));
+  const flow = await paidFlow(gateway, CLIENT_TRACE);
+  t.ok(flow.paid.json.result._meta['xyz.tollbooth/receipt']);
+  await gateway.close();
+  await receiver.waitFor((spans) => spans.some((span) => span.attributes['tollbooth.outcome'] === 'authorised'));
+  const authorised = receiver.spans.find((span) => span.attributes['tollbooth.outcome'] === 'authorised') as ReceivedSpan;
+  t.same(names(childrenOf(receiver.spans, authorised)), ['store commit', 'store reserve', 'upstream POST']);
+  t.ok(receiver.spans.every((span) => span.statusCode !== 2), 'no span failed');
+  assertNoSecrets(t, receiver, { handle: flow.handle, 'checkout URL': flow.checkoutUrl, 'link id': flow.linkId, 'Redis URL': redis.url, 'tool argument': ARGUMENT_SECRET });
 });
