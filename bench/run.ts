@@ -1,6 +1,7 @@
 // `npm run bench` (SPEC §12, issue 9). One run, one machine, one origin: direct vs a bare
 // parse-and-forward proxy vs the gateway (free call, paid call on the memory store, on Redis, and with
-// OAuth), each server its own child process, driven by autocannon on loopback. Writes the numbers to
+// OAuth, and on memory with OpenTelemetry tracing on), each server its own child process, driven by
+// autocannon on loopback. Writes the numbers to
 // bench/results/<stamp>.json and the table to bench/RESULTS.md (between the bench:latest markers).
 //
 // Flags:
@@ -23,6 +24,8 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Pool, request } from 'undici';
 import { startRedis, type RedisServer } from '../test/helpers/redis-server.js';
 import { startTestIssuer, type TestIssuer } from '../test/helpers/jwks-issuer.js';
@@ -317,7 +320,7 @@ async function timeToFirstEvent(url: string, tool: string, headers: Record<strin
 // ---------------------------------------------------------------------------------------------------
 // Scenarios
 
-type Target = 'origin' | 'bare' | 'gw-memory' | 'gw-redis' | 'gw-oauth';
+type Target = 'origin' | 'bare' | 'gw-memory' | 'gw-traced' | 'gw-redis' | 'gw-oauth';
 
 interface Scenario {
   name: string;
@@ -331,6 +334,8 @@ const SCENARIOS: Scenario[] = [
   { name: 'bare-proxy', target: 'bare', tool: 'echo', paid: false },
   { name: 'gateway-free', target: 'gw-memory', tool: 'echo', paid: false },
   { name: 'gateway-paid-memory', target: 'gw-memory', tool: 'echo_paid', paid: true },
+  // The same with tracing on (every request sampled, spans exported to a local OTLP sink): the cost of tracing, next to the row without it.
+  { name: 'gateway-paid-traced', target: 'gw-traced', tool: 'echo_paid', paid: true },
   { name: 'gateway-paid-redis', target: 'gw-redis', tool: 'echo_paid', paid: true },
   { name: 'gateway-paid-oauth', target: 'gw-oauth', tool: 'echo_paid', paid: true },
 ];
@@ -352,6 +357,7 @@ interface Environment {
   redis: RedisServer;
   redisPid: number;
   issuer: TestIssuer;
+  otlpSink: OtlpSink;
   options: BenchOptions;
 }
 
@@ -364,7 +370,7 @@ interface ServerUnderTest {
   token: string | null;
 }
 
-function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis', redisUrl: string, issuer: TestIssuer | null): Record<string, unknown> {
+function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis', redisUrl: string, issuer: TestIssuer | null, otlpEndpoint = ''): Record<string, unknown> {
   const publicUrl = `http://127.0.0.1:${port}/mcp`;
   return {
     server: { host: '127.0.0.1', port, publicUrl },
@@ -377,6 +383,7 @@ function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis
     limits: { perHandle: { ratePerSecond: 1_000_000, burst: 1_000_000 }, challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 }, newChargesPerSecond: 1_000 },
     auth: issuer ? { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, audience: publicUrl, authorizationServers: [issuer.issuer] } : { mode: 'none' },
     logging: { level: 'info' },
+    tracing: { otlpEndpoint, sampleRatio: 1 },
   };
 }
 
@@ -389,11 +396,11 @@ async function startTarget(env: Environment, target: Target): Promise<ServerUnde
     await waitForHttp(url, child, { method: 'POST', body: callBody('echo', {}), headers: MCP_HEADERS });
     return { name: 'bare-proxy', child, url, origin: `http://127.0.0.1:${port}`, headers: {}, token: null };
   }
-  const store = target === 'gw-memory' ? 'memory' : 'redis';
+  const store = target === 'gw-memory' || target === 'gw-traced' ? 'memory' : 'redis';
   const issuer = target === 'gw-oauth' ? env.issuer : null;
   const configFile = join(env.workDir, `${target}.yaml`);
   // JSON is YAML: the config loader reads it as it is.
-  writeFileSync(configFile, JSON.stringify(gatewayConfig(port, env.originUrl, store, env.redis.url, issuer), null, 2));
+  writeFileSync(configFile, JSON.stringify(gatewayConfig(port, env.originUrl, store, env.redis.url, issuer, target === 'gw-traced' ? env.otlpSink.url : ''), null, 2));
   const profileArgs = env.options.profile ? ['--cpu-prof', '--cpu-prof-dir', join(env.options.outDir, 'profiles'), '--cpu-prof-name', `${target}-${Date.now()}.cpuprofile`] : [];
   const child = launch(target, SERVER_CORE, [process.execPath, ...profileArgs, 'dist/cli.js', 'start', '--config', configFile], env.workDir);
   const origin = `http://127.0.0.1:${port}`;
@@ -440,6 +447,8 @@ export interface BenchReport {
   addedLatencyMs: Record<string, { p50: number; p99: number; p999: number }>;
   sse: { samples: number; results: Record<string, { p50: number; p90: number; p99: number }>; deltaP50Ms: Record<string, number> } | null;
   soak: SoakReport | null;
+  /** What the OTLP sink received from the traced gateway (spans exported, not dropped). */
+  tracing: { exportRequests: number; spans: number; bytes: number } | null;
   profiles: string[];
 }
 
@@ -469,7 +478,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   const redisPid = Number(spawnSync('redis-cli', ['-p', String(redis.port), 'info', 'server'], { encoding: 'utf8' }).stdout.match(/process_id:(\d+)/)?.[1]);
   if (pinning) spawnSync('taskset', ['-p', '-c', LOAD_CORE, String(redisPid)]);
   const issuer = await startTestIssuer();
-  const env: Environment = { workDir, origin, originUrl, redis, redisPid, issuer, options };
+  const otlpSink = await startOtlpSink();
+  const env: Environment = { workDir, origin, originUrl, redis, redisPid, issuer, otlpSink, options };
   const report: BenchReport = {
     startedAt: new Date().toISOString(),
     command: `node --import tsx bench/run.ts ${process.argv.slice(2).join(' ')}`.trim(),
@@ -482,6 +492,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     addedLatencyMs: {},
     sse: null,
     soak: null,
+    tracing: null,
     profiles: [],
   };
 
@@ -557,8 +568,10 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     await origin.stop();
     await redis.stop();
     await issuer.close();
+    await otlpSink.close();
     rmSync(workDir, { recursive: true, force: true });
   }
+  if (live.has('gw-traced')) report.tracing = { exportRequests: otlpSink.requests, spans: otlpSink.spans, bytes: otlpSink.bytes };
 
   log('done');
   report.machine.loadAverageAfter = loadavg().map((l) => Math.round(l * 100) / 100);
@@ -567,6 +580,38 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   writeFileSync(join(options.outDir, `${stamp}.json`), JSON.stringify(report, null, 2));
   if (options.markdown) writeMarkdown(report);
   return report;
+}
+
+interface OtlpSink {
+  url: string;
+  requests: number;
+  spans: number;
+  bytes: number;
+  close(): Promise<void>;
+}
+
+/**
+ * Where the traced gateway exports (it runs beside autocannon, so it does as little as it can): answers
+ * 200 to every OTLP/JSON post and counts spans by their `"spanId":` keys instead of parsing.
+ */
+async function startOtlpSink(): Promise<OtlpSink> {
+  const sink: OtlpSink = { url: '', requests: 0, spans: 0, bytes: 0, close: async () => undefined };
+  const server: Server = createServer((req, res) => {
+    sink.requests += 1;
+    let tail = '';
+    req.on('data', (chunk: Buffer) => {
+      sink.bytes += chunk.length;
+      const text = tail + chunk.toString('latin1');
+      sink.spans += text.split('"spanId":').length - 1;
+      tail = text.slice(-9);
+      if (tail.includes('"spanId":')) tail = '';
+    });
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  sink.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  sink.close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+  return sink;
 }
 
 async function soak(sut: ServerUnderTest, rate: number, minutes: number): Promise<SoakReport> {
@@ -664,6 +709,12 @@ export function renderMarkdown(report: BenchReport): string {
     lines.push('| path | p50 ms | p90 ms | p99 ms | Δp50 vs direct ms |', '| --- | ---: | ---: | ---: | ---: |');
     for (const [name, r] of Object.entries(report.sse.results)) lines.push(`| ${name} | ${r.p50} | ${r.p90} | ${r.p99} | ${report.sse.deltaP50Ms[name] ?? '–'} |`);
     lines.push('');
+  }
+  if (report.tracing) {
+    const paid = report.maxRate.find((r) => r.name === 'gateway-paid-memory');
+    const traced = report.maxRate.find((r) => r.name === 'gateway-paid-traced');
+    const cost = paid && traced ? ` Tracing on vs off (paid, memory store): ${Math.round((traced.reqPerSec / paid.reqPerSec) * 1000) / 1000}× the req/s, ${Math.round((traced.cpuUsPerReq - paid.cpuUsPerReq) * 10) / 10} µs more CPU per request.` : '';
+    lines.push(`Tracing: the OTLP sink received ${report.tracing.spans} spans in ${report.tracing.exportRequests} exports (${Math.round(report.tracing.bytes / 1024)} KiB).${cost}`, '');
   }
   if (report.soak) {
     const s = report.soak;

@@ -8,6 +8,7 @@ import { ToolCatalog } from './mcp/tool-catalog.js';
 import { pricingFromConfig } from './mcp/tools-list.js';
 import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
+import type { Tracing } from './observability/tracing.js';
 import { registerRequestIdEcho, requestIdOf } from './observability/request-id.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
@@ -31,6 +32,8 @@ export interface GatewayDeps {
   logger: Logger;
   metrics: Metrics;
   now?: () => number;
+  /** OpenTelemetry spans for the MCP endpoint (SPEC §17); absent or null when tracing is off. */
+  tracing?: Tracing | null;
   /** Extra routes a provider needs (the Moove webhook receiver), registered with the others. */
   registerProviderRoutes?: (app: FastifyInstance, settler: Settler) => void;
   /** The x402 rail (SPEC §19), when payments.x402 is on; its owner closes it after the drain. */
@@ -126,6 +129,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     logger: deps.logger,
     now,
     openStreams,
+    tracing: deps.tracing ?? null,
   });
   registerOpsRoutes(app, { store: deps.store, upstream: deps.upstream, metrics: deps.metrics, metricsConfig: config.metrics });
   if (deps.provider.name === 'dev') registerDevCheckout(app, { store: deps.store, publicUrl: config.server.publicUrl, now, onPaid: (linkId) => settler.observeByRef(linkId) });

@@ -4,6 +4,7 @@ import type { GatewayConfig } from './config/schema.js';
 import { maskSecrets } from './config/mask.js';
 import { createLogger, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
+import { startTracing } from './observability/tracing.js';
 import { DevProvider } from './payments/dev.js';
 import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
@@ -32,6 +33,8 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   const logger = options.logger ?? createLogger(config.logging.level);
   const now = options.now ?? Date.now;
   const store = await createStore(config, { logger });
+  // Off (no otlpEndpoint): null, and nothing of OpenTelemetry is loaded.
+  const tracing = await startTracing(config.tracing, logger);
   const metrics = createMetrics(() => store.countPendingCharges());
   // A stdio upstream is served by the bridge on a private socket; the proxy reaches it like any HTTP upstream (SPEC §16).
   const stdio = config.upstream.stdio;
@@ -54,13 +57,15 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   const x402Rail = X402Rail.fromConfig(config, { store, logger, metrics, clock: now }); // null when payments.x402 is off
 
   const gateway = await buildGateway(config, {
-    store,
-    provider,
+    // Traced: store and provider calls made for a request become children of its span (elsewhere they run as they are).
+    store: tracing ? tracing.traceStore(store) : store,
+    provider: tracing ? tracing.traceProvider(provider) : provider,
     upstream,
     logger,
     metrics,
     now,
     x402Rail,
+    tracing,
     registerProviderRoutes: (app, settler) =>
       registerMooveWebhookRoute(app, {
         secret: config.payments.provider === 'moove' ? config.payments.moove.webhookSecret : '',
@@ -98,6 +103,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
       await provider.close?.().catch(() => undefined);
       await x402Rail?.close().catch(() => undefined);
       await store.close().catch(() => undefined);
+      await tracing?.shutdown(); // the last spans (bounded: a collector that is down does not hold the exit)
     })();
     return closing;
   };

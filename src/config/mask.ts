@@ -23,6 +23,7 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   if (copy.upstream.url !== undefined) copy.upstream.url = maskUrlSecrets(copy.upstream.url);
   moove.baseUrl = maskUrlSecrets(moove.baseUrl);
   copy.auth.jwksUrl = maskUrlSecrets(copy.auth.jwksUrl);
+  copy.tracing.otlpEndpoint = maskUrlSecrets(copy.tracing.otlpEndpoint);
   return copy;
 }
 

@@ -234,6 +234,17 @@ const toolPriceSchema = z.strictObject({
 
 const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst: positiveInt });
 
+// ── tracing (SPEC §17): OpenTelemetry spans over OTLP/HTTP, off while otlpEndpoint is empty ─────────
+// otlpEndpoint is a base URL as OTEL_EXPORTER_OTLP_ENDPOINT: spans go to {base}/v1/traces.
+const tracingSchema = z.strictObject({
+  otlpEndpoint: z
+    .string('an absolute http(s) base URL of an OTLP/HTTP collector, or "" for off')
+    .refine((value) => value === '' || isHttpUrl(value), 'an absolute http(s) base URL of an OTLP/HTTP collector (spans go to {base}/v1/traces), or "" for off')
+    .default(''),
+  serviceName: z.string().min(1, 'a non-empty service name').default('tollbooth'),
+  sampleRatio: z.number('a fraction from 0 to 1').min(0, 'a fraction from 0 to 1').max(1, 'a fraction from 0 to 1').default(1),
+});
+
 const authSchema = z
   .strictObject({
     mode: z.enum(['none', 'oauth']).default('none'),
@@ -276,6 +287,7 @@ export const configSchema = z
       })
       .prefault({}),
     auth: authSchema.prefault({}),
+    tracing: tracingSchema.prefault({}),
     metrics: z.strictObject({ enabled: z.boolean().default(true), path: z.string().regex(/^\//, 'a path starting with "/"').default('/metrics') }).prefault({}),
     logging: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).prefault({}),
     // SPEC §17: how long ledger entries outlive their handle.
@@ -316,3 +328,4 @@ export type GatewayConfig = z.output<typeof configSchema>;
 export type SkuConfig = GatewayConfig['skus'][string];
 export type ToolPrice = GatewayConfig['tools'][string];
 export type X402Config = GatewayConfig['payments']['x402'];
+export type TracingConfig = GatewayConfig['tracing'];

@@ -61,6 +61,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   call.method = classified.method;
   call.era = classified.era;
   call.requestId = classified.batch ? null : idOf(classified.messages[0]);
+  call.trace?.describe(classified);
   // 3. Authenticate (SPEC §9) when oauth is on.
   const principal = await authenticate(deps, request, reply, classified.toolCalls.map((c) => c.name));
   if (principal === undefined) return;
@@ -115,7 +116,8 @@ async function authorisePricedCall(deps: McpPolicyDeps, call: McpCall, request: 
   const registration = sessionId === undefined ? null : register(deps, request, sessionId, toolCall, priced, authorisation);
   const exchange = new PricedExchange(deps.priced, call, reply, priced, authorisation, registration);
   call.priced = exchange;
-  void exchange.run().catch((error: unknown) => exchange.abandon(error));
+  const concluded = exchange.run().catch((error: unknown) => exchange.abandon(error));
+  call.trace?.until(concluded);
 }
 
 /**
@@ -153,7 +155,8 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   call.parseReply = true;
   const exchange = new BatchExchange(deps.priced, call, reply, { messages: classified.messages, answers, held }, call.startedAt);
   call.priced = exchange;
-  void exchange.run().catch((error: unknown) => exchange.abandon(error));
+  const concluded = exchange.run().catch((error: unknown) => exchange.abandon(error));
+  call.trace?.until(concluded);
 }
 
 /** Records the forwarded priced request in its upstream session (in process at once, in the store before any of its reply goes out). */

@@ -10,6 +10,7 @@ import type { PriceTag } from '../mcp/tools-list.js';
 import { fingerprint } from '../observability/fingerprint.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
+import { recordPaidCall } from '../observability/tracing.js';
 import type { PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
@@ -471,6 +472,7 @@ export class Paywall {
   #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; x402?: JsonObject }): void {
     const { metrics, logger, now } = this.#deps;
     metrics.paidCalls.inc({ tool: line.tool, sku: line.sku, outcome: line.outcome });
+    recordPaidCall(line.tool, line.sku, line.outcome, line.cost);
     // An x402-paid call adds payer (shortened), network, amount (atomic units) and settled: never the payment or its signature.
     logger.info({ evt: 'call', reqId: line.reqId, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}), ...line.x402 });
   }

@@ -5,6 +5,7 @@
 // (dispatcher.ts) finds it on the header object reply-from hands over.
 import type { Era } from '../mcp/classify.js';
 import type { JsonRpcId } from '../mcp/jsonrpc.js';
+import type { RequestTrace } from '../observability/tracing.js';
 
 /** Where the dispatcher finds a request's call state: a symbol key on reply-from's header object (undici reads only string keys). */
 export const kCall = Symbol('tollbooth.call');
@@ -44,6 +45,8 @@ export class McpCall {
   priced: PricedForward | null = null;
   /** When the proxy sent the request upstream (ms, the gateway clock), 0 before. */
   forwardedAt = 0;
+  /** The request's span (observability/tracing.ts); null when tracing is off. */
+  trace: RequestTrace | null = null;
 
   // ── the AbortSignal protocol undici uses (aborted, reason, add/removeEventListener('abort')) ──
   aborted = false;

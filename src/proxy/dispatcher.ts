@@ -27,6 +27,8 @@ export class CallDispatcher {
     if (call) {
       options.signal = call;
       call.forwardedAt = this.#now();
+      // Tracing on: the upstream CLIENT span, and `traceparent` naming it in the headers sent.
+      if (call.trace !== null) callback = call.trace.forward(options, callback);
     }
     this.#inner.request(options as Dispatcher.RequestOptions, callback);
   }

@@ -19,6 +19,7 @@ import type { ToolCatalog } from '../mcp/tool-catalog.js';
 import type { ToolPricing } from '../mcp/tools-list.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { Tracing } from '../observability/tracing.js';
 import type { Paywall } from '../paywall/decide.js';
 import type { Store } from '../store/store.js';
 import { kCall, McpCall, type UpstreamHead } from './call-state.js';
@@ -59,6 +60,8 @@ export interface McpEndpointDeps {
   now: () => number;
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
   openStreams: Set<ServerResponse>;
+  /** null when tracing is off: no span is ever built. */
+  tracing?: Tracing | null;
 }
 
 /** A free call whose client went away: its upstream request is aborted with this (one instance, no per-call error). */
@@ -92,6 +95,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     openStreams: deps.openStreams,
   };
   const guard = createRequestGuard(deps.guards);
+  const tracing = deps.tracing ?? null;
 
   /** The one record of a request on the endpoint, when its response closes (finished, or cut by the client). */
   function onResponseClosed(this: ServerResponse): void {
@@ -108,6 +112,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     scope.addHook('onRequest', (request, reply, done) => {
       const call = new McpCall(deps.now());
       request.mcpCall = call;
+      if (tracing) call.trace = tracing.startRequest(request.method, deps.mcpPath, request.headers, reply.raw);
       (reply.raw as ServerResponse & { [kCall]: McpCall })[kCall] = call;
       reply.raw.on('close', onResponseClosed); // 'close' fires once; `on` spares the once-wrapper
       const refused = guard(request.headers);
@@ -129,7 +134,8 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       routes: [''], // exactly mcpPath: `/mcp/` is not the endpoint
       httpMethods: ['GET', 'POST', 'DELETE'],
       proxyPayloads: false, // bodies are parsed by the gateway's own parser (server.ts) and replaced by the policy
-      preHandler: (request: FastifyRequest, reply: FastifyReply) => applyMcpPolicy(policyDeps, request, reply),
+      // Traced: the policy runs in the request span's context, so its store and provider calls are the span's children.
+      preHandler: (request: FastifyRequest, reply: FastifyReply) => (request.mcpCall.trace ? request.mcpCall.trace.within(() => applyMcpPolicy(policyDeps, request, reply)) : applyMcpPolicy(policyDeps, request, reply)),
       undici: new CallDispatcher(deps.target.dispatcher, deps.now) as never,
       retryMethods: [], // never replay a request: the upstream decides what a repeat means
       disableRequestLogging: true,

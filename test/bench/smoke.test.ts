@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 
-const SCENARIOS = ['direct', 'bare-proxy', 'gateway-free', 'gateway-paid-memory', 'gateway-paid-redis', 'gateway-paid-oauth'];
+const SCENARIOS = ['direct', 'bare-proxy', 'gateway-free', 'gateway-paid-memory', 'gateway-paid-traced', 'gateway-paid-redis', 'gateway-paid-oauth'];
 
 t.test('a short bench run writes a results JSON covering every scenario', async (t) => {
   t.setTimeout(180_000); // ~15 s on an idle 2-core machine; process start-up dominates under load
@@ -29,6 +29,7 @@ t.test('a short bench run writes a results JSON covering every scenario', async 
     addedLatencyMs: Record<string, unknown>;
     sse: { results: Record<string, { p50: number }> };
     soak: { windows: unknown[] };
+    tracing: { spans: number; exportRequests: number };
   };
   t.same(report.maxRate.map((r) => r.name), SCENARIOS);
   t.same(report.fixedRate.results.map((r) => r.name), SCENARIOS);
@@ -42,4 +43,5 @@ t.test('a short bench run writes a results JSON covering every scenario', async 
   t.ok(report.addedLatencyMs['gateway-free'] !== undefined, 'added latency computed');
   t.same(Object.keys(report.sse.results), ['direct', 'gateway-free', 'gateway-paid-memory']);
   t.ok(report.soak.windows.length > 0, 'soak windows reported');
+  t.ok(report.tracing.spans > 0 && report.tracing.exportRequests > 0, 'the traced gateway exported spans to the sink');
 });
