@@ -3,13 +3,14 @@
 // calls). Whatever the gateway answers itself — a JSON-RPC error, 401/403, a challenge or refusal — is
 // this hook's reply and nothing is forwarded. Otherwise `request.body` becomes what the proxy sends:
 // the parsed body (reply-from re-serialises it: the upstream sees exactly what was validated, §5.2),
-// with the token stripped from a priced call's arguments (§5.4).
+// with the token argument stripped from every tools/call's arguments, priced (§5.4) or not (§20).
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../mcp/tool-catalog.js';
+import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
 import type { Logger } from '../observability/logger.js';
 import type { Authorisation, Paywall, PricedCall } from '../paywall/decide.js';
@@ -81,23 +82,28 @@ async function allowStream(deps: McpPolicyDeps, call: McpCall, request: FastifyR
   if (principal === undefined) return;
   if (request.method === 'GET') {
     call.sessionId = sessionOf(request);
-    call.filterStream = deps.anyPriced;
-    call.parseReply = deps.anyPriced;
     deps.openStreams.add(reply.raw);
   }
 }
 
 function forwardFree(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, classified: ClassifiedBody, body: unknown, sessionId: string | undefined): void {
-  if (deps.anyPriced) {
-    call.rewriteJson = classified.listsTools;
-    call.filterStream = true;
-    call.parseReply = true;
-    if (sessionId !== undefined) {
-      call.sessionId = sessionId;
-      call.ownIds = requestIds(classified.messages);
-    }
+  call.rewriteJson = classified.listsTools;
+  if (deps.anyPriced && sessionId !== undefined) {
+    call.sessionId = sessionId;
+    call.ownIds = requestIds(classified.messages);
   }
-  request.body = forwardedBody(request, body);
+  request.body = forwardedBody(request, withoutTokenArguments(deps, classified, body));
+}
+
+/** SPEC §20: the body with the token argument removed from every call to a tool the gateway does not price. */
+function withoutTokenArguments(deps: McpPolicyDeps, classified: ClassifiedBody, body: unknown): unknown {
+  const argumentName = deps.pricing.argumentName;
+  if (!classified.toolCalls.some((toolCall) => carriesTokenArgument(toolCall, argumentName))) return body;
+  const stripped = classified.messages.map((message) => {
+    const toolCall = classified.toolCalls.find((c) => c.request === message);
+    return toolCall ? withoutTokenArgument(toolCall, argumentName) : message;
+  });
+  return classified.batch ? stripped : stripped[0];
 }
 
 /** SPEC §6.2 steps 1–6 for one priced tools/call; an authorised call is forwarded and concluded by PricedExchange.run. */
@@ -110,7 +116,6 @@ async function authorisePricedCall(deps: McpPolicyDeps, call: McpCall, request: 
   }
   // Forwarded by the proxy once this hook returns: the token stripped, nothing else changed (§5.4).
   request.body = forwardedBody(request, { ...toolCall.request, params: authorisation.forwardParams });
-  call.parseReply = true;
   const registration = sessionId === undefined ? null : register(deps, request, sessionId, toolCall, priced, authorisation);
   const exchange = new PricedExchange(deps.priced, call, reply, priced, authorisation, registration);
   call.priced = exchange;
@@ -132,7 +137,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   for (const message of classified.messages) {
     const toolCall = classified.toolCalls.find((c) => c.request === message);
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
-      forwarded.push(message);
+      forwarded.push(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message);
       continue;
     }
     const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt);
@@ -149,7 +154,6 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   // Every entry answered by the gateway: nothing goes upstream.
   if (forwarded.length === 0) return sendJson(reply, 200, classified.messages.flatMap((message) => answers.get(message) ?? []));
   request.body = forwardedBody(request, forwarded);
-  call.parseReply = true;
   const exchange = new BatchExchange(deps.priced, call, reply, { messages: classified.messages, answers, held }, call.startedAt);
   call.priced = exchange;
   void exchange.run().catch((error: unknown) => exchange.abandon(error));

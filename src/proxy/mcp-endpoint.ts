@@ -79,7 +79,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     callDeadlineMs: deps.callDeadlineMs,
     now: deps.now,
   };
-  const freeDeps = { pricing: deps.anyPriced ? deps.pricing : null, screen, recorder, maxResponseBytes: deps.maxResponseBytes };
+  const freeDeps = { pricing: deps.pricing, screen: deps.anyPriced ? screen : null, recorder, maxResponseBytes: deps.maxResponseBytes };
   const policyDeps = {
     pricing: deps.pricing,
     anyPriced: deps.anyPriced,
@@ -137,12 +137,14 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       replyOptions: {
         rewriteRequestHeaders: (request: FastifyRequest, headers: HeaderMap) => {
           const call = request.mcpCall;
-          toUpstreamHeaders(headers, upstreamHeaders.values, upstreamHeaders.names, call.parseReply);
+          // Every reply may be read (the namespace screen, SPEC §20): Accept-Encoding is never forwarded.
+          toUpstreamHeaders(headers, upstreamHeaders.values, upstreamHeaders.names, true);
           (headers as HeaderMap & { [kCall]: McpCall })[kCall] = call;
           return headers as Record<string, string>;
         },
-        // The priced path writes its own headers once it knows its answer.
-        rewriteHeaders: (headers: HeaderMap, request: FastifyRequest) => (request.mcpCall.priced ? {} : toClientHeaders(headers, request.mcpCall.rewriteJson || request.mcpCall.filterStream)),
+        // The priced path writes its own headers once it knows its answer. A free JSON body the gateway
+        // changes is sent whole, and fastify sets its length.
+        rewriteHeaders: (headers: HeaderMap, request: FastifyRequest) => (request.mcpCall.priced ? {} : toClientHeaders(headers, false)),
         onResponse: (request: FastifyRequest, reply: FastifyReply, head: UpstreamHead) => {
           const call = request.mcpCall;
           if (call.priced) return call.priced.onHead(head);
