@@ -20,6 +20,7 @@ import type { McpCall } from '../proxy/call-state.js';
 import { isJson, isPlainJson } from '../proxy/headers.js';
 import { PricedExchange, type PricedCallDeps, type Registration } from '../proxy/priced-call.js';
 import type { PricedRequests } from '../proxy/priced-requests.js';
+import type { SessionBindings } from '../auth/session-bindings.js';
 import { parseJsonOrUndefined } from '../proxy/reply-reader.js';
 
 export interface Authenticator {
@@ -35,6 +36,8 @@ export interface McpPolicyDeps {
   catalog: ToolCatalog;
   authenticator: Authenticator | null;
   registry: PricedRequests;
+  /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
+  sessions: SessionBindings | null;
   priced: PricedCallDeps;
   logger: Logger;
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
@@ -64,6 +67,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   // 3. Authenticate (SPEC §9) when oauth is on.
   const principal = await authenticate(deps, request, reply, classified.toolCalls.map((c) => c.name));
   if (principal === undefined) return;
+  await requireSessionOwner(deps, request, principal);
   // 4. A request in a legacy session may not reuse the id of a paid call this replica forwarded in it:
   // the upstream would route that call's result to it (SPEC §6.5).
   const sessionId = classified.era === 'legacy' ? sessionOf(request) : undefined;
@@ -80,6 +84,7 @@ async function allowStream(deps: McpPolicyDeps, call: McpCall, request: FastifyR
   call.method = request.method;
   const principal = await authenticate(deps, request, reply, []);
   if (principal === undefined) return;
+  await requireSessionOwner(deps, request, principal);
   if (request.method === 'GET') {
     call.sessionId = sessionOf(request);
     deps.openStreams.add(reply.raw);
@@ -205,6 +210,22 @@ async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply:
   reply.header('www-authenticate', outcome.wwwAuthenticate);
   sendJson(reply, outcome.status, errorResponse(request.mcpCall.requestId, outcome.status === 401 ? -32001 : -32003, outcome.message));
   return undefined;
+}
+
+/**
+ * SPEC §20 (oauth): a request on a legacy session must come from the principal that created it. Anyone
+ * else — and anyone at all on a session with no recorded owner — gets 404, as for a session that does not
+ * exist; nothing is forwarded. The principal is kept for the reply (a session it hands out is bound to it).
+ */
+async function requireSessionOwner(deps: McpPolicyDeps, request: FastifyRequest, principal: string | null): Promise<void> {
+  if (deps.sessions === null || principal === null) return;
+  request.mcpCall.principal = principal;
+  const sessionId = request.headers['mcp-session-id'];
+  if (sessionId === undefined) return;
+  const owner = await deps.sessions.ownerOf(sessionId as string);
+  if (owner === principal) return;
+  deps.logger.info({ evt: 'session_refused', reqId: request.id, reason: owner === null ? 'unbound' : 'other_principal' }, 'a request on a session that is not its principal\'s was answered 404');
+  throw new GatewayError('TB_ERR_SESSION_NOT_FOUND', 'Session not found');
 }
 
 function refuseReusedIds(registry: PricedRequests, sessionId: string, messages: JsonRpcMessage[]): void {

@@ -30,6 +30,8 @@ export class McpCall {
   era: Era = 'legacy';
   /** The JSON-RPC id for an error reply (null until known, and for batches). */
   requestId: JsonRpcId = null;
+  /** The authenticated principal (auth.mode oauth), null otherwise: a session the reply hands out is bound to it (SPEC §20). */
+  principal: string | null = null;
   /** The client's Mcp-Session-Id (the upstream's session), when it sent one. */
   sessionId: string | undefined = undefined;
   /** A JSON reply may hold a tools/list result (a POST asked for one): parsed and rewritten. */

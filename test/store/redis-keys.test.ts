@@ -66,6 +66,9 @@ async function exerciseEveryOperation(store: RedisStore): Promise<void> {
   // priced-request registry (SPEC §6.5): one hash per upstream session hash
   await store.registerPricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, { state: 'in_flight', handleHash: 'aa11', reservationId: 'r-pr', tool: 'fetch_readable', sku: 'research', cost: 1, charge: 'success', deadline: now + 20_000, remaining: null, fingerprint: null, startedAt: now }, HOUR);
   await store.concludePricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, 'committed', 2);
+  // sessions bound to principals (SPEC §20): one string per upstream session hash
+  await store.bindSession('c2Vzc2lvbi1vd25lcg', 'sub:alice', HOUR);
+  await store.sessionPrincipal('c2Vzc2lvbi1vd25lcg', HOUR);
 }
 
 async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number }[]> {
@@ -100,13 +103,13 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
     [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`],
     'every key of a handle carries its hash tag',
   );
-  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}']) {
+  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}', '{so:c2Vzc2lvbi1vd25lcg}']) {
     t.ok(keys.some(({ key }) => key === PREFIX + kind), `${kind} key present`);
   }
   t.ok(keys.some(({ key }) => /^tbkeys:\{ev:[0-9a-f]{64}\}$/.test(key)), 'a claimed event is one key named by a digest of its id');
   // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
   // handle's fingerprint lives outside the handle's tag.
-  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+)\}$/;
+  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+|so:[A-Za-z0-9_-]+)\}$/;
   const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges)?$/;
   for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key), `${key} is a handle key or a known global key`);
   t.notOk(keys.some(({ key }) => key.includes('tb_s_')), 'no key is named by a fingerprint');
