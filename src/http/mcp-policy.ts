@@ -6,6 +6,7 @@
 // with the token argument stripped from every tools/call's arguments, priced (§5.4) or not (§20).
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { SessionBindings } from '../auth/session-bindings.js';
 import { GatewayError } from '../errors.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
@@ -20,7 +21,6 @@ import type { McpCall } from '../proxy/call-state.js';
 import { isJson, isPlainJson } from '../proxy/headers.js';
 import { PricedExchange, type PricedCallDeps, type Registration } from '../proxy/priced-call.js';
 import type { PricedRequests } from '../proxy/priced-requests.js';
-import type { SessionBindings } from '../auth/session-bindings.js';
 import { parseJsonOrUndefined } from '../proxy/reply-reader.js';
 
 export interface Authenticator {
@@ -218,7 +218,7 @@ async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply:
  * exist; nothing is forwarded. The principal is kept for the reply (a session it hands out is bound to it).
  */
 async function requireSessionOwner(deps: McpPolicyDeps, request: FastifyRequest, principal: string | null): Promise<void> {
-  if (deps.sessions === null || principal === null) return;
+  if (!deps.sessions || principal === null) return;
   request.mcpCall.principal = principal;
   const sessionId = request.headers['mcp-session-id'];
   if (sessionId === undefined) return;
