@@ -26,6 +26,8 @@ export const ERROR_TABLE = {
   TB_ERR_PROVIDER: { http: 502, rpc: -32603 },
   TB_ERR_FACILITATOR: { http: 502, rpc: -32603 },
   TB_ERR_NOT_FOUND: { http: 404, rpc: -32601 },
+  /** SPEC §20: a legacy session that is not the caller's (or not known to be anyone's) is, to that caller, not there. */
+  TB_ERR_SESSION_NOT_FOUND: { http: 404, rpc: -32001 },
   TB_ERR_WEBHOOK_SIGNATURE: { http: 401, rpc: -32600 },
   TB_ERR_WEBHOOKS_OFF: { http: 503, rpc: -32600 },
   TB_ERR_INTERNAL: { http: 500, rpc: -32603 },

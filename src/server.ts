@@ -22,6 +22,7 @@ import type { Store } from './store/store.js';
 import type { Authenticator } from './http/mcp-policy.js';
 import { registerOpsRoutes } from './http/ops-routes.js';
 import { createResourceServer, type ResourceServer } from './auth/resource-server.js';
+import { SessionBindings } from './auth/session-bindings.js';
 import { prmPaths, protectedResourceMetadata } from './auth/metadata.js';
 
 export interface GatewayDeps {
@@ -121,6 +122,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     paywall,
     catalog: new ToolCatalog(deps.upstream, { upstreamHeaders: config.upstream.headers, now }),
     authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,
+    sessions: resourceServer ? new SessionBindings({ store: deps.store, now }) : null,
     store: deps.store,
     callDeadlineMs: config.upstream.callDeadline,
     maxResponseBytes: config.upstream.maxResponseBytes,

@@ -3,13 +3,15 @@
 // calls). Whatever the gateway answers itself — a JSON-RPC error, 401/403, a challenge or refusal — is
 // this hook's reply and nothing is forwarded. Otherwise `request.body` becomes what the proxy sends:
 // the parsed body (reply-from re-serialises it: the upstream sees exactly what was validated, §5.2),
-// with the token stripped from a priced call's arguments (§5.4).
+// with the token argument stripped from every tools/call's arguments, priced (§5.4) or not (§20).
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { SessionBindings } from '../auth/session-bindings.js';
 import { GatewayError } from '../errors.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../mcp/tool-catalog.js';
+import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
 import type { Logger } from '../observability/logger.js';
 import { withoutPayments } from '../payments/x402/payload.js';
@@ -35,6 +37,8 @@ export interface McpPolicyDeps {
   catalog: ToolCatalog;
   authenticator: Authenticator | null;
   registry: PricedRequests;
+  /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
+  sessions: SessionBindings | null;
   priced: PricedCallDeps;
   logger: Logger;
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
@@ -65,6 +69,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   // 3. Authenticate (SPEC §9) when oauth is on.
   const principal = await authenticate(deps, request, reply, classified.toolCalls.map((c) => c.name));
   if (principal === undefined) return;
+  await requireSessionOwner(deps, request, principal);
   // 4. A request in a legacy session may not reuse the id of a paid call this replica forwarded in it:
   // the upstream would route that call's result to it (SPEC §6.5).
   const sessionId = classified.era === 'legacy' ? sessionOf(request) : undefined;
@@ -81,25 +86,31 @@ async function allowStream(deps: McpPolicyDeps, call: McpCall, request: FastifyR
   call.method = request.method;
   const principal = await authenticate(deps, request, reply, []);
   if (principal === undefined) return;
+  await requireSessionOwner(deps, request, principal);
   if (request.method === 'GET') {
     call.sessionId = sessionOf(request);
-    call.filterStream = deps.anyPriced;
-    call.parseReply = deps.anyPriced;
     deps.openStreams.add(reply.raw);
   }
 }
 
 function forwardFree(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, classified: ClassifiedBody, body: unknown, sessionId: string | undefined): void {
-  if (deps.anyPriced) {
-    call.rewriteJson = classified.listsTools;
-    call.filterStream = true;
-    call.parseReply = true;
-    if (sessionId !== undefined) {
-      call.sessionId = sessionId;
-      call.ownIds = requestIds(classified.messages);
-    }
+  call.rewriteJson = classified.listsTools;
+  if (deps.anyPriced && sessionId !== undefined) {
+    call.sessionId = sessionId;
+    call.ownIds = requestIds(classified.messages);
   }
-  request.body = forwardedBody(request, withoutPayments(body)); // a signed x402 payment never reaches the upstream
+  request.body = forwardedBody(request, withoutPayments(withoutTokenArguments(deps, classified, body))); // no handle, no signed x402 payment reaches the upstream
+}
+
+/** SPEC §20: the body with the token argument removed from every call to a tool the gateway does not price. */
+function withoutTokenArguments(deps: McpPolicyDeps, classified: ClassifiedBody, body: unknown): unknown {
+  const argumentName = deps.pricing.argumentName;
+  if (!classified.toolCalls.some((toolCall) => carriesTokenArgument(toolCall, argumentName))) return body;
+  const stripped = classified.messages.map((message) => {
+    const toolCall = classified.toolCalls.find((c) => c.request === message);
+    return toolCall ? withoutTokenArgument(toolCall, argumentName) : message;
+  });
+  return classified.batch ? stripped : stripped[0];
 }
 
 /** SPEC §6.2 steps 1–6 for one priced tools/call; an authorised call is forwarded and concluded by PricedExchange.run. */
@@ -112,7 +123,6 @@ async function authorisePricedCall(deps: McpPolicyDeps, call: McpCall, request: 
   }
   // Forwarded by the proxy once this hook returns: the token stripped, nothing else changed (§5.4).
   request.body = forwardedBody(request, { ...toolCall.request, params: authorisation.forwardParams });
-  call.parseReply = true;
   const registration = sessionId === undefined ? null : register(deps, request, sessionId, toolCall, priced, authorisation);
   const exchange = new PricedExchange(deps.priced, call, reply, priced, authorisation, registration);
   call.priced = exchange;
@@ -135,7 +145,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   for (const message of classified.messages) {
     const toolCall = classified.toolCalls.find((c) => c.request === message);
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
-      forwarded.push(withoutPayments(message) as JsonRpcMessage);
+      forwarded.push(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message) as JsonRpcMessage);
       continue;
     }
     const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt);
@@ -152,7 +162,6 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   // Every entry answered by the gateway: nothing goes upstream.
   if (forwarded.length === 0) return sendJson(reply, 200, classified.messages.flatMap((message) => answers.get(message) ?? []));
   request.body = forwardedBody(request, forwarded);
-  call.parseReply = true;
   const exchange = new BatchExchange(deps.priced, call, reply, { messages: classified.messages, answers, held }, call.startedAt);
   call.priced = exchange;
   const concluded = exchange.run().catch((error: unknown) => exchange.abandon(error));
@@ -205,6 +214,22 @@ async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply:
   reply.header('www-authenticate', outcome.wwwAuthenticate);
   sendJson(reply, outcome.status, errorResponse(request.mcpCall.requestId, outcome.status === 401 ? -32001 : -32003, outcome.message));
   return undefined;
+}
+
+/**
+ * SPEC §20 (oauth): a request on a legacy session must come from the principal that created it. Anyone
+ * else — and anyone at all on a session with no recorded owner — gets 404, as for a session that does not
+ * exist; nothing is forwarded. The principal is kept for the reply (a session it hands out is bound to it).
+ */
+async function requireSessionOwner(deps: McpPolicyDeps, request: FastifyRequest, principal: string | null): Promise<void> {
+  if (!deps.sessions || principal === null) return;
+  request.mcpCall.principal = principal;
+  const sessionId = request.headers['mcp-session-id'];
+  if (sessionId === undefined) return;
+  const owner = await deps.sessions.ownerOf(sessionId as string);
+  if (owner === principal) return;
+  deps.logger.info({ evt: 'session_refused', reqId: request.id, reason: owner === null ? 'unbound' : 'other_principal' }, 'a request on a session that is not its principal\'s was answered 404');
+  throw new GatewayError('TB_ERR_SESSION_NOT_FOUND', 'Session not found');
 }
 
 function refuseReusedIds(registry: PricedRequests, sessionId: string, messages: JsonRpcMessage[]): void {

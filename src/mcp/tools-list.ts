@@ -1,5 +1,7 @@
-// tools/list rewriting for priced tools (SPEC §5.3): an optional token argument, the price in _meta
-// and one sentence in the description. Free tools are returned as the very same objects.
+// tools/list rewriting (SPEC §5.3, §20): a priced tool gets an optional token argument, the price in
+// _meta and one sentence in the description; the token argument is the gateway's alone, so a tool it
+// does not price loses any property of that name (and its place in `required`) an upstream gave it.
+// Every other free tool is returned as the very same object.
 import type { GatewayConfig } from '../config/schema.js';
 import { isObject, type JsonObject } from './jsonrpc.js';
 
@@ -36,15 +38,15 @@ export function looksLikeToolsListResponse(message: unknown): message is { resul
   return isObject(message) && 'id' in message && isObject(message.result) && Array.isArray(message.result.tools);
 }
 
-/** Returns the rewritten result, or null when no tool in it is priced (nothing to change). */
+/** Returns the rewritten result, or null when nothing in it changes (no priced tool, no stray token argument). */
 export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: ToolPricing): JsonObject | null {
   let changed = false;
   const tools = result.tools.map((tool) => {
-    if (!isObject(tool) || typeof tool.name !== 'string') return tool;
-    const price = pricing.priceOf(tool.name);
-    if (!price) return tool;
-    changed = true;
-    return priceTool(tool, price, pricing.argumentName);
+    if (!isObject(tool)) return tool;
+    const price = typeof tool.name === 'string' ? pricing.priceOf(tool.name) : undefined;
+    const next = price ? priceTool(tool, price, pricing.argumentName) : withoutTokenArgument(tool, pricing.argumentName);
+    if (next !== tool) changed = true;
+    return next;
   });
   return changed ? { ...result, tools } : null;
 }
@@ -71,7 +73,7 @@ function rewriteOne(message: unknown, pricing: ToolPricing): unknown {
 }
 
 function priceTool(tool: JsonObject, price: PriceTag, argumentName: string): JsonObject {
-  const schema = isObject(tool.inputSchema) ? tool.inputSchema : { type: 'object' };
+  const schema = isObject(tool.inputSchema) ? schemaWithoutToken(tool.inputSchema, argumentName) : { type: 'object' };
   const properties = isObject(schema.properties) ? schema.properties : {};
   const meta = isObject(tool._meta) ? tool._meta : {};
   const sentence = `Paid tool: ${price.cost} credit${price.cost === 1 ? '' : 's'} per call from the ${price.label} pack (${price.amount} ${price.currency} for ${price.credits} credits).`;
@@ -92,4 +94,26 @@ function priceTool(tool: JsonObject, price: PriceTag, argumentName: string): Jso
     },
     _meta: { ...meta, [PRICE_META_KEY]: { sku: price.sku, cost: price.cost, amount: price.amount, currency: price.currency, credits: price.credits, label: price.label } },
   };
+}
+
+/** A tool the gateway does not price, without the token argument in its inputSchema (the same object when it has none). */
+function withoutTokenArgument(tool: JsonObject, argumentName: string): JsonObject {
+  if (!isObject(tool.inputSchema)) return tool;
+  const schema = schemaWithoutToken(tool.inputSchema, argumentName);
+  return schema === tool.inputSchema ? tool : { ...tool, inputSchema: schema };
+}
+
+/** The schema without `argumentName` in its root properties and `required` (the same object when neither holds it). */
+function schemaWithoutToken(schema: JsonObject, argumentName: string): JsonObject {
+  const { properties, required } = schema;
+  const inProperties = isObject(properties) && Object.hasOwn(properties, argumentName);
+  const inRequired = Array.isArray(required) && required.includes(argumentName);
+  if (!inProperties && !inRequired) return schema;
+  const next: JsonObject = { ...schema };
+  if (inProperties) {
+    const { [argumentName]: _token, ...rest } = properties;
+    next.properties = rest;
+  }
+  if (inRequired) next.required = required.filter((name) => name !== argumentName);
+  return next;
 }

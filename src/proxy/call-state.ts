@@ -31,14 +31,12 @@ export class McpCall {
   era: Era = 'legacy';
   /** The JSON-RPC id for an error reply (null until known, and for batches). */
   requestId: JsonRpcId = null;
+  /** The authenticated principal (auth.mode oauth), null otherwise: a session the reply hands out is bound to it (SPEC §20). */
+  principal: string | null = null;
   /** The client's Mcp-Session-Id (the upstream's session), when it sent one. */
   sessionId: string | undefined = undefined;
-  /** The reply must be read by the gateway: Accept-Encoding is not forwarded. */
-  parseReply = false;
   /** A JSON reply may hold a tools/list result (a POST asked for one): parsed and rewritten. */
   rewriteJson = false;
-  /** An event stream is read event by event (priced tools exist: tools/list results, responses that are not this request's). */
-  filterStream = false;
   /** The ids of the requests this POST carried (their own responses pass a filtered stream unlooked-up). */
   ownIds: readonly JsonRpcId[] = NO_IDS;
   /** Set when the call forwards priced requests: the proxy's hooks hand the reply to it. */

@@ -22,6 +22,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { Paywall } from '../paywall/decide.js';
 import type { Store } from '../store/store.js';
+import { sessionHandedOut, type SessionBindings } from '../auth/session-bindings.js';
 import { kCall, McpCall, type UpstreamHead } from './call-state.js';
 import { CallDispatcher } from './dispatcher.js';
 import { relayFreeReply } from './free-reply.js';
@@ -29,7 +30,7 @@ import { normaliseUpstreamHeaders, toClientHeaders, toUpstreamHeaders, type Head
 import type { PricedCallDeps } from './priced-call.js';
 import { PricedRequests } from './priced-requests.js';
 import { ProxyRecorder } from './recorder.js';
-import { parseJsonOrUndefined } from './reply-reader.js';
+import { discard, parseJsonOrUndefined } from './reply-reader.js';
 import { ResponseScreen } from './response-screen.js';
 import { classifyUpstreamError, UpstreamAbort } from './upstream-failure.js';
 import type { UpstreamTarget } from './upstream-target.js';
@@ -51,6 +52,8 @@ export interface McpEndpointDeps {
   paywall: Paywall;
   catalog: ToolCatalog;
   authenticator: Authenticator | null;
+  /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
+  sessions: SessionBindings | null;
   store: Store;
   callDeadlineMs: number;
   maxResponseBytes: number;
@@ -82,7 +85,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     callDeadlineMs: deps.callDeadlineMs,
     now: deps.now,
   };
-  const freeDeps = { pricing: deps.anyPriced ? deps.pricing : null, screen, recorder, maxResponseBytes: deps.maxResponseBytes };
+  const freeDeps = { pricing: deps.pricing, screen: deps.anyPriced ? screen : null, recorder, maxResponseBytes: deps.maxResponseBytes };
   const policyDeps = {
     pricing: deps.pricing,
     anyPriced: deps.anyPriced,
@@ -90,6 +93,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     catalog: deps.catalog,
     authenticator: deps.authenticator,
     registry,
+    sessions: deps.sessions,
     priced: pricedDeps,
     logger: deps.logger,
     openStreams: deps.openStreams,
@@ -143,16 +147,25 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       replyOptions: {
         rewriteRequestHeaders: (request: FastifyRequest, headers: HeaderMap) => {
           const call = request.mcpCall;
-          toUpstreamHeaders(headers, upstreamHeaders.values, upstreamHeaders.names, call.parseReply);
+          // Every reply may be read (the namespace screen, SPEC §20): Accept-Encoding is never forwarded.
+          toUpstreamHeaders(headers, upstreamHeaders.values, upstreamHeaders.names, true);
           (headers as HeaderMap & { [kCall]: McpCall })[kCall] = call;
           return headers as Record<string, string>;
         },
-        // The priced path writes its own headers once it knows its answer.
-        rewriteHeaders: (headers: HeaderMap, request: FastifyRequest) => (request.mcpCall.priced ? {} : toClientHeaders(headers, request.mcpCall.rewriteJson || request.mcpCall.filterStream)),
+        // The priced path writes its own headers once it knows its answer. A free JSON body the gateway
+        // changes is sent whole, and fastify sets its length.
+        rewriteHeaders: (headers: HeaderMap, request: FastifyRequest) => (request.mcpCall.priced ? {} : toClientHeaders(headers, false)),
         onResponse: (request: FastifyRequest, reply: FastifyReply, head: UpstreamHead) => {
           const call = request.mcpCall;
-          if (call.priced) return call.priced.onHead(head);
-          relayFreeReply(freeDeps, call, reply, head);
+          const handedOut = deps.sessions && call.principal !== null ? sessionHandedOut(request.headers['mcp-session-id'], head.headers['mcp-session-id']) : undefined;
+          if (handedOut !== undefined) {
+            bindThenRelay(deps.sessions as SessionBindings, handedOut, call, reply, head).catch((error: unknown) => {
+              recorder.internalError(request.id, error);
+              reply.raw.destroy();
+            });
+            return;
+          }
+          relay(call, reply, head);
         },
         onError: (reply: FastifyReply, { error }: { error: Error }) => {
           const call = reply.request.mcpCall;
@@ -164,6 +177,30 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
         },
       } as never,
     });
+
+    function relay(call: McpCall, reply: FastifyReply, head: UpstreamHead): void {
+      if (call.priced) return call.priced.onHead(head);
+      relayFreeReply(freeDeps, call, reply, head);
+    }
+
+    /** SPEC §20: the session a reply hands out is bound to the requester's principal before the reply's headers go out. */
+    async function bindThenRelay(sessions: SessionBindings, sessionId: string, call: McpCall, reply: FastifyReply, head: UpstreamHead): Promise<void> {
+      const principal = call.principal as string;
+      let refusal: GatewayError | null = null;
+      try {
+        const owner = await sessions.bind(sessionId, principal);
+        if (owner !== principal) refusal = new GatewayError('TB_ERR_UPSTREAM_BAD_RESPONSE', 'the upstream handed out a session that belongs to another client');
+      } catch (error) {
+        refusal = error instanceof GatewayError ? error : new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'the session could not be recorded', { cause: error });
+      }
+      if (refusal === null) return relay(call, reply, head);
+      // Not bound to the requester: nothing of the reply goes out (the client never holds an unbound session).
+      discard(head.stream);
+      deps.logger.warn({ evt: 'session_bind_failed', reqId: reply.request.id, code: refusal.code }, 'a reply handing out an MCP session was not relayed: the session could not be bound to the principal');
+      if (call.priced) return call.priced.onError(new UpstreamAbort('bad_response'));
+      for (const name of ['mcp-session-id', 'content-length', 'content-encoding']) reply.removeHeader(name);
+      sendError(reply, refusal, call.requestId);
+    }
 
     scope.route({
       method: ['PUT', 'PATCH', 'OPTIONS'],

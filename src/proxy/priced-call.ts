@@ -20,6 +20,7 @@ import { isEventStream, toClientHeaders } from './headers.js';
 import type { PricedRequests } from './priced-requests.js';
 import type { ProxyRecorder } from './recorder.js';
 import { answers, discard, holdsResponse, readReplyChunks } from './reply-reader.js';
+import { namespaceHook, sendScreenedBody } from './screened-body.js';
 import { classifyUpstreamError, UpstreamAbort, upstreamFailure, type UpstreamFailure, type UpstreamOutcome } from './upstream-failure.js';
 
 export interface PricedCallDeps {
@@ -122,7 +123,14 @@ export class PricedExchange implements PricedForward {
     if (statusCode >= 400 && statusCode < 500) {
       // The tool never ran; the client sees the upstream's answer as it is (clients use 4xx to detect the era).
       this.#upstreamOutcome = 'http_4xx';
-      this.#reply.code(statusCode).headers(toClientHeaders(head.headers, false)).send(head.stream);
+      this.#reply.code(statusCode).headers(toClientHeaders(head.headers, false));
+      sendScreenedBody(this.#reply, head, {
+        maxBytes: this.#deps.maxResponseBytes,
+        requestId: this.#id,
+        rewriteJson: null,
+        sseHook: namespaceHook,
+        onFailure: (failure) => this.#deps.recorder.failure(this.#call, this.#reply.request.id, failure, { observe: false }),
+      });
       return { kind: 'http_refusal', status: statusCode };
     }
     if (statusCode < 200 || statusCode >= 300) {
@@ -164,7 +172,7 @@ export class PricedExchange implements PricedForward {
     let result: JsonRpcResponse | null = null;
     for await (const values of readReplyChunks(head.stream, head.headers['content-type'], this.#deps.maxResponseBytes)) {
       let text = '';
-      for (const { event, value } of values) {
+      for (const { event, value, relayed } of values) {
         if (event?.lines.some(isIdLine)) sawEventId = true;
         const response = value !== undefined && holdsResponse(value);
         if (result) {
@@ -177,7 +185,7 @@ export class PricedExchange implements PricedForward {
           this.#resultEvent = event;
           continue;
         }
-        if (event) text += serialiseEvent(event);
+        if (event) text += serialiseEvent(event, relayed);
       }
       if (text && this.#out && !this.#out.destroyed) this.#write(text);
       if (result) {

@@ -3,11 +3,13 @@
 // values. The priced path reads it value by value (events before the result stream on to the client),
 // batches and the tool catalog collect every response. Matching is exact: a response answers request
 // `id` only when its id has the same JSON type and value (5 is not "5"), and it is not inside an array
-// unless the request was a batch.
+// unless the request was a batch. Every value comes without the upstream's keys under the gateway's
+// namespace (SPEC §20, mcp/namespace.ts).
 import type { Readable } from 'node:stream';
 import { GatewayError } from '../errors.js';
 import { isObject, isResponseLike, type JsonRpcId, type JsonRpcResponse } from '../mcp/jsonrpc.js';
-import { BLANK_LINE, SseSplitter, type SseEvent } from '../mcp/sse.js';
+import { mayHoldGatewayMeta, stripGatewayMeta } from '../mcp/namespace.js';
+import { BLANK_LINE, DROP_DATA, SseSplitter, type SseEvent, type SseReplacement } from '../mcp/sse.js';
 import { isEventStream, isJson } from './headers.js';
 
 export interface ReplyValue {
@@ -15,6 +17,11 @@ export interface ReplyValue {
   event: SseEvent | null;
   /** The parsed JSON (a message or an array); undefined for an event without data or with data that is not JSON. */
   value: unknown;
+  /**
+   * The event's data when it is passed on to the client as it is: undefined (unchanged), the value
+   * re-serialised without the gateway's namespace, or DROP_DATA (unreadable, and it may spell such a key).
+   */
+  relayed: SseReplacement;
 }
 
 /**
@@ -46,10 +53,27 @@ export async function* readReplyChunks(body: Readable, contentType: string | str
     discard(body);
     throw new GatewayError('TB_ERR_UPSTREAM_BAD_RESPONSE', 'the upstream reply was neither JSON nor an event stream');
   }
-  yield [{ event: null, value: parseJsonOrUndefined(await readCapped(body, maxBytes)) }];
+  yield [screenedValue(await readCapped(body, maxBytes), null)];
 }
 
-const valueOf = (event: SseEvent): ReplyValue => ({ event, value: event.data === null ? undefined : parseJsonOrUndefined(event.data) });
+const valueOf = (event: SseEvent): ReplyValue => (event.data === null ? { event, value: undefined, relayed: undefined } : screenedValue(event.data, event));
+
+/** The parsed text without the namespace; an event's relayed data is re-serialised only when the text may hold a key of it. */
+function screenedValue(text: string, event: SseEvent | null): ReplyValue {
+  const value = parseJsonOrUndefined(text);
+  if (!mayHoldGatewayMeta(text)) return { event, value, relayed: undefined };
+  if (value === undefined) return { event, value, relayed: DROP_DATA };
+  stripGatewayMeta(value);
+  return { event, value, relayed: event === null ? undefined : serialisedOrDrop(value) };
+}
+
+function serialisedOrDrop(value: unknown): SseReplacement {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return DROP_DATA; // nested too deep to serialise
+  }
+}
 
 /** Every response in a reply (batches, the tool catalog), flattened out of arrays, in order. */
 export async function collectResponses(body: Readable, contentType: string | string[] | undefined, maxBytes: number): Promise<JsonRpcResponse[]> {

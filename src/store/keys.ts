@@ -128,6 +128,11 @@ export class KeySpace {
     return `${this.prefix}{ev:${createHash('sha256').update(`${source}\n${eventId}`).digest('hex')}}`;
   }
 
+  /** String: the principal an upstream session (its hash) is bound to. SPEC §20. */
+  sessionOwner(sessionHash: string): string {
+    return `${this.prefix}{so:${sessionHash}}`;
+  }
+
   // ── x402 (SPEC §19): keys of one payer share the tag {x402:<payer address>} ──
 
   /** String: the claim record (JSON) of one EIP-3009 authorization nonce. */

@@ -657,6 +657,38 @@ export class MemoryStore implements Store {
     for (const [key, record] of this.paymentNonces) if (record.expiresAt <= now) this.paymentNonces.delete(key);
   }
 
+  // ── sessions bound to principals (SPEC §20) ──────────────────────────────────────────────────────
+  // session hash → owner; no await between the look-up and the write, so the first binding wins.
+  // Expired bindings are dropped on access and by the periodic sweep.
+
+  private readonly sessionOwners = new Map<string, { principal: string; expiresAt: number }>();
+
+  async bindSession(sessionHash: string, principal: string, ttlMs: number): Promise<string> {
+    const now = this.now();
+    const bound = this.liveSessionOwner(sessionHash, now);
+    if (bound) return bound.principal;
+    this.sessionOwners.set(sessionHash, { principal, expiresAt: now + ttlMs });
+    return principal;
+  }
+
+  async sessionPrincipal(sessionHash: string, ttlMs: number): Promise<string | null> {
+    const now = this.now();
+    const bound = this.liveSessionOwner(sessionHash, now);
+    if (!bound) return null;
+    bound.expiresAt = now + ttlMs;
+    return bound.principal;
+  }
+
+  private liveSessionOwner(sessionHash: string, now: number): { principal: string; expiresAt: number } | null {
+    const bound = this.sessionOwners.get(sessionHash);
+    if (!bound) return null;
+    if (bound.expiresAt > now) return bound;
+    this.sessionOwners.delete(sessionHash);
+    return null;
+  }
+
+  // ── end of sessions bound to principals ──────────────────────────────────────────────────────────
+
   /** Sizes of every map, for tests and debugging (not part of Store). */
   stats(): { handles: number; reservations: number; charges: number; challengeBuckets: number; leases: number; devLinks: number; ledgers: number } {
     return {
@@ -686,6 +718,7 @@ export class MemoryStore implements Store {
     for (const [name, lease] of this.leases) if (lease.expiresAt <= now) this.leases.delete(name);
     for (const [session, entry] of this.pricedRequests) if (entry.expiresAt <= now) this.pricedRequests.delete(session);
     for (const [key, forgetAt] of this.events) if (forgetAt <= now) this.events.delete(key);
+    for (const [hash, bound] of this.sessionOwners) if (bound.expiresAt <= now) this.sessionOwners.delete(hash);
   }
 
   private now(): number {

@@ -638,6 +638,21 @@ export class RedisStore implements Store {
     return raw === null ? null : (JSON.parse(raw) as PaymentNonceRecord);
   }
 
+  // ── sessions bound to principals (SPEC §20) ──────────────────────────────────────────────────────
+  // One string key per session hash (its own slot); each call is one script on one key.
+
+  async bindSession(sessionHash: string, principal: string, ttlMs: number): Promise<string> {
+    const owner = await this.call('bindSession', () => this.run('tbBindSession', [this.keys.sessionOwner(sessionHash)], [principal, Math.max(1, Math.ceil(ttlMs))]));
+    return String(owner);
+  }
+
+  async sessionPrincipal(sessionHash: string, ttlMs: number): Promise<string | null> {
+    const owner = await this.call('sessionPrincipal', () => this.run('tbSessionPrincipal', [this.keys.sessionOwner(sessionHash)], [Math.max(1, Math.ceil(ttlMs))]));
+    return typeof owner === 'string' ? owner : null;
+  }
+
+  // ── end of sessions bound to principals ──────────────────────────────────────────────────────────
+
   // ── internals ────────────────────────────────────────────────────────────────────────────────────
 
   /**

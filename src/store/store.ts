@@ -208,6 +208,17 @@ export interface Store {
    */
   finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean>;
   getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null>;
+
+  // ── sessions bound to principals (SPEC §20) ─────────────────────────────────────────────────────
+  /**
+   * Binds an upstream session (its hash: the store never holds a session id) to the principal whose
+   * request created it, unless it is bound already: the first binding wins and never changes. Resolves
+   * with the principal the session is bound to. Kept ttlMs.
+   */
+  bindSession(sessionHash: string, principal: string, ttlMs: number): Promise<string>;
+  /** The principal a session is bound to, or null; a binding found is kept ttlMs from now (sliding). */
+  sessionPrincipal(sessionHash: string, ttlMs: number): Promise<string | null>;
+  // ── end of sessions bound to principals ────────────────────────────────────────────────────────
 }
 
 // ── ledger (SPEC §17) ────────────────────────────────────────────────────────────────────────────
@@ -390,3 +401,14 @@ export function chargeRecordEnd(charge: Pick<ChargeRecord, 'status' | 'expiresAt
   if (charge.status === 'opening') return charge.expiresAt;
   return Math.max(charge.expiresAt, charge.expiredAt ?? 0) + RETENTION_MS;
 }
+
+// ── sessions bound to principals (SPEC §20) ──────────────────────────────────────────────────────────
+
+/**
+ * How long a session's binding outlives the session's last use (look-ups slide it). A session idle for
+ * longer is, to every principal, gone (404): its client initialises a new one. A day outlives the idle
+ * sessions of the SDK servers we test against.
+ */
+export const SESSION_BINDING_TTL_MS = 24 * 3_600_000;
+
+// ── end of sessions bound to principals ──────────────────────────────────────────────────────────────

@@ -30,6 +30,8 @@ export interface RecordingUpstream<C extends ReceivedCall = ReceivedCall> {
 export interface PaidUpstream extends RecordingUpstream {
   /** notifications/cancelled the upstream received (all modes), with the session they named. */
   cancellations: { requestId: unknown; sessionId: string | undefined }[];
+  /** Every HTTP request received (all modes): method, session and Last-Event-ID headers. */
+  requests: { method: string; sessionId: string | undefined; lastEventId: string | undefined }[];
 }
 
 /**
@@ -117,10 +119,13 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json', o
   const calls: ReceivedCall[] = [];
   const bodies: string[] = [];
   const cancellations: PaidUpstream['cancellations'] = [];
+  const requests: PaidUpstream['requests'] = [];
   const sessions = new Map<string, StreamableHTTPServerTransport>();
   let currentHeaders: ReceivedCall['headers'] = {};
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const header = (name: string) => (typeof req.headers[name] === 'string' ? (req.headers[name] as string) : undefined);
+    requests.push({ method: req.method ?? '', sessionId: header('mcp-session-id'), lastEventId: header('last-event-id') });
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const raw = Buffer.concat(chunks).toString('utf8');
@@ -173,7 +178,7 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json', o
   const recording = await listenRecording(handle, calls, bodies, async () => {
     for (const transport of sessions.values()) await transport.close().catch(() => undefined);
   });
-  return { ...recording, cancellations };
+  return { ...recording, cancellations, requests };
 }
 
 /**

@@ -252,11 +252,26 @@ t.test('upstream failures on a free call are told apart: a JSON-RPC error with 5
   t.not(refusedReply.status, 500);
 });
 
-t.test('a reset mid-body on a free call cuts the client reply and is logged as reset', async (t) => {
+t.test('a reset mid-body of a free JSON reply (held whole for the namespace screen) is a 502 JSON-RPC error, logged as reset', async (t) => {
   const gateway = await gatewayFor(t, { priced: false });
   upstream.respond((_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
     res.write('{"jsonrpc":"2.0","id":1,');
+    setTimeout(() => res.destroy(), 20);
+  });
+  const reply = await post(gateway.url, { jsonrpc: '2.0', id: 1, method: 'ping' });
+  t.equal(reply.status, 502);
+  t.match(await reply.json(), { jsonrpc: '2.0', id: 1, error: { code: -32603 } });
+  await sleep(50);
+  t.ok(gateway.logs().some((line) => line.evt === 'upstream_failed' && line.outcome === 'reset'), 'logged');
+  t.equal((await fetch(`${gateway.origin}/healthz`)).status, 200);
+});
+
+t.test('a reset mid-stream of a free event stream cuts the client reply and is logged as reset', async (t) => {
+  const gateway = await gatewayFor(t, { priced: false });
+  upstream.respond((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n\n');
     setTimeout(() => res.destroy(), 20);
   });
   const reply = await post(gateway.url, { jsonrpc: '2.0', id: 1, method: 'ping' });

@@ -132,7 +132,7 @@ t.test('an upstream 4xx is relayed unchanged and the credit released, on either 
   t.equal(await researchBalance(gateway, handle), 3, 'no credit spent: the tool never ran');
 });
 
-t.test('an upstream 4xx whose body breaks off cuts the client reply and does not crash the gateway', async (t) => {
+t.test('an upstream 4xx whose JSON body breaks off (held whole for the namespace screen) is a 502 JSON-RPC error and does not crash the gateway', async (t) => {
   const { gateway, handle } = await setUp(t);
   upstream.respond((_req, res) => {
     res.writeHead(400, { 'content-type': 'application/json', 'content-length': '1000' });
@@ -140,8 +140,8 @@ t.test('an upstream 4xx whose body breaks off cuts the client reply and does not
     setTimeout(() => res.socket?.destroy(), 20);
   });
   const reply = await paidCall(gateway, 'fetch_readable', handle);
-  t.equal(reply.status, 400);
-  t.equal(reply.text, '<cut>');
+  t.equal(reply.status, 502);
+  t.match(JSON.parse(reply.text), { jsonrpc: '2.0', error: { code: -32603 } });
   t.equal(await researchBalance(gateway, handle), 3);
   t.equal((await fetch(`${gateway.origin}/healthz`)).status, 200);
 });

@@ -1035,4 +1035,36 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
   });
   // ── ledger (SPEC §17): ledger-conformance.ts ──────────────────────────────────────────────────────
   ledgerBehaviours(behaviour);
+
+  // ── sessions bound to principals (SPEC §20) ────────────────────────────────────────────────────
+
+  behaviour('bindSession: the first principal wins and the binding never changes', async (f, t) => {
+    const session = randomId('s_');
+    t.equal(await f.store.sessionPrincipal(session, HOUR), null, 'an unknown session is nobody\'s');
+    t.equal(await f.store.bindSession(session, 'sub:alice', HOUR), 'sub:alice');
+    t.equal(await f.store.bindSession(session, 'client:alice', HOUR), 'sub:alice', 'a second binding is refused: the first owner is returned');
+    t.equal(await f.store.bindSession(session, 'sub:alice', HOUR), 'sub:alice');
+    t.equal(await f.store.sessionPrincipal(session, HOUR), 'sub:alice');
+    t.equal(await f.store.sessionPrincipal(randomId('s_'), HOUR), null, 'another session is unbound');
+  });
+
+  behaviour('a session binding lives ttlMs from its last look-up, then the session is nobody\'s', async (f, t) => {
+    const session = randomId('s_');
+    await f.store.bindSession(session, 'sub:alice', 300);
+    await f.passTime(200);
+    t.equal(await f.store.sessionPrincipal(session, 300), 'sub:alice');
+    await f.passTime(200);
+    t.equal(await f.store.sessionPrincipal(session, 300), 'sub:alice', 'the look-up slid it');
+    await f.passTime(450);
+    t.equal(await f.store.sessionPrincipal(session, 300), null, 'gone after ttlMs without a look-up');
+    t.equal(await f.store.bindSession(session, 'sub:bob', 300), 'sub:bob', 'an expired binding can be taken again');
+  });
+
+  behaviour('concurrent bindings of one session by different principals: exactly one wins and all see it', async (f, t) => {
+    const session = randomId('s_');
+    const owners = await Promise.all(Array.from({ length: 50 }, (_, i) => f.store.bindSession(session, `sub:user-${i}`, HOUR)));
+    t.equal(new Set(owners).size, 1, 'one owner');
+    t.equal(await f.store.sessionPrincipal(session, HOUR), owners[0]);
+  });
+  // ── end of sessions bound to principals ────────────────────────────────────────────────────────
 }

@@ -84,6 +84,9 @@ async function exerciseEveryOperation(store: RedisStore, clock: { offset: number
   // priced-request registry (SPEC §6.5): one hash per upstream session hash
   await store.registerPricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, { state: 'in_flight', handleHash: 'aa11', reservationId: 'r-pr', tool: 'fetch_readable', sku: 'research', cost: 1, charge: 'success', deadline: now + 20_000, remaining: null, fingerprint: null, startedAt: now }, HOUR);
   await store.concludePricedRequest({ session: 'c2Vzc2lvbi1oYXNo', requestId: '7' }, 'committed', 2);
+  // sessions bound to principals (SPEC §20): one string per upstream session hash
+  await store.bindSession('c2Vzc2lvbi1vd25lcg', 'sub:alice', HOUR);
+  await store.sessionPrincipal('c2Vzc2lvbi1vd25lcg', HOUR);
 }
 
 async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number }[]> {
@@ -119,13 +122,13 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
     [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:ledger`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`, `${PREFIX}{h:bb22}:ledger`, `${PREFIX}{h:cc33}`, `${PREFIX}{h:cc33}:ledger`],
     'every key of a handle, its ledger included, carries its hash tag',
   );
-  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}']) {
+  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}', '{so:c2Vzc2lvbi1vd25lcg}']) {
     t.ok(keys.some(({ key }) => key === PREFIX + kind), `${kind} key present`);
   }
   t.ok(keys.some(({ key }) => /^tbkeys:\{ev:[0-9a-f]{64}\}$/.test(key)), 'a claimed event is one key named by a digest of its id');
   // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
   // handle's fingerprint lives outside the handle's tag.
-  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+|handle-expiry)\}$|^tbkeys:\{rs:[0-9a-z]+\}:exp$/;
+  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+|handle-expiry|so:[A-Za-z0-9_-]+)\}$|^tbkeys:\{rs:[0-9a-z]+\}:exp$/;
   const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges|:ledger)?$/;
   // x402 (SPEC §19): an authorization claim and the payer's ledger, under the payer's tag.
   const payerKey = /^tbkeys:\{x402:0x[0-9a-f]{40}\}(:nonce:[^:]+:[^:]+:0x[0-9a-f]{64}|:nonce:eip155:[0-9]+:0x[0-9a-f]{40}:0x[0-9a-f]{64}|:ledger)$/;

@@ -7,6 +7,7 @@ import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE }
 import { EXPIRE_HANDLE, LEDGER_CHECKPOINT, LEDGER_PRELUDE } from './ledger.js';
 import { PRELUDE } from './prelude.js';
 import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
+import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
 import { FINISH_PAYMENT_NONCE } from './x402.js';
 
 const BODIES = {
@@ -34,6 +35,9 @@ const BODIES = {
   // priced-request registry (SPEC §6.5)
   tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
   tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
+  // sessions bound to principals (SPEC §20)
+  tbBindSession: BIND_SESSION,
+  tbSessionPrincipal: SESSION_PRINCIPAL,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;

@@ -1,0 +1,180 @@
+// SPEC §20, sessions bound to principals (auth.mode oauth): a legacy MCP session belongs to the principal
+// whose request created it. Another principal holding its Mcp-Session-Id gets 404 — on POST, GET, GET
+// with Last-Event-ID and DELETE — and nothing reaches the upstream; the owner keeps working. Tokens from
+// a real issuer (test/helpers/jwks-issuer.ts), a real SDK upstream with an event store, and two gateway
+// processes on one Redis (needs a built dist/: `npm run build`).
+import { randomBytes } from 'node:crypto';
+import t, { type Test } from 'tap';
+import type { ConfigInput } from '../../src/config/schema.js';
+import { freePort, startTestGateway, testConfig } from '../helpers/gateway.js';
+import { redisGatewayConfig, startGatewayProcess } from '../helpers/gateway-process.js';
+import { startTestIssuer } from '../helpers/jwks-issuer.js';
+import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
+import { startRedis } from '../helpers/redis-server.js';
+import { startScriptedUpstream } from '../helpers/scripted-upstream.js';
+
+const LEGACY = '2025-11-25';
+const issuer = await startTestIssuer();
+t.teardown(() => issuer.close());
+
+function oauth(): ConfigInput['auth'] {
+  return { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'] };
+}
+
+const tokenFor = (publicUrl: string, claims: { sub?: string; client_id?: string }) => issuer.mint({ ...claims, aud: publicUrl, scope: 'mcp:use' });
+
+interface Answer {
+  status: number;
+  sessionId: string | null;
+  text: string;
+  /** The SSE event ids of the reply, in order. */
+  eventIds: string[];
+}
+
+/** One exchange on the MCP endpoint with a bearer token; a GET stream is read for `readMs` and then dropped. */
+async function exchange(url: string, token: string, options: { method?: string; body?: unknown; sessionId?: string; lastEventId?: string; readMs?: number } = {}): Promise<Answer> {
+  const headers: Record<string, string> = { authorization: `Bearer ${token}`, accept: 'application/json, text/event-stream', 'mcp-protocol-version': LEGACY };
+  if (options.body !== undefined) headers['content-type'] = 'application/json';
+  if (options.sessionId) headers['mcp-session-id'] = options.sessionId;
+  if (options.lastEventId) headers['last-event-id'] = options.lastEventId;
+  const controller = new AbortController();
+  const response = await fetch(url, { method: options.method ?? 'POST', headers, body: options.body === undefined ? undefined : JSON.stringify(options.body), signal: controller.signal });
+  let text = '';
+  if (options.readMs !== undefined && response.ok) {
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+    const timer = setTimeout(() => controller.abort(), options.readMs);
+    const decoder = new TextDecoder();
+    try {
+      for (let next = await reader.read(); !next.done; next = await reader.read()) text += decoder.decode(next.value, { stream: true });
+    } catch {
+      // aborted after readMs: what arrived is kept
+    }
+    clearTimeout(timer);
+  } else {
+    text = await response.text();
+  }
+  return { status: response.status, sessionId: response.headers.get('mcp-session-id'), text, eventIds: [...text.matchAll(/^id: ?(.+)$/gm)].map((match) => (match[1] as string).trim()) };
+}
+
+const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: LEGACY, capabilities: {}, clientInfo: { name: 'session-principals', version: '1' } } };
+const echo = (id: number, text: string) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'echo', arguments: { text } } });
+
+/** initialize + notifications/initialized as `token`; the session id the gateway relayed. */
+async function openSession(url: string, token: string): Promise<string> {
+  const opened = await exchange(url, token, { body: initialize });
+  if (!opened.sessionId) throw new Error(`no session (HTTP ${opened.status}: ${opened.text})`);
+  await exchange(url, token, { body: { jsonrpc: '2.0', method: 'notifications/initialized' }, sessionId: opened.sessionId });
+  return opened.sessionId;
+}
+
+/** Every way another principal can use a session: POST, GET, GET with Last-Event-ID, DELETE. Each must be 404 and reach nothing upstream. */
+async function assertLockedOut(t: Test, url: string, token: string, sessionId: string, lastEventId: string, upstream: PaidUpstream, who: string): Promise<void> {
+  const before = upstream.requests.length;
+  const attempts: [string, Parameters<typeof exchange>[2]][] = [
+    ['POST', { body: echo(90, 'not yours'), sessionId }],
+    ['GET', { method: 'GET', sessionId, readMs: 300 }],
+    ['GET with Last-Event-ID', { method: 'GET', sessionId, lastEventId, readMs: 300 }],
+    ['DELETE', { method: 'DELETE', sessionId }],
+  ];
+  for (const [what, options] of attempts) {
+    const answer = await exchange(url, token, options);
+    t.equal(answer.status, 404, `${who}: ${what} → 404`);
+    t.match(JSON.parse(answer.text), { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' } }, `${who}: ${what} → a JSON-RPC "Session not found"`);
+    t.notOk(answer.text.includes('not yours'), `${who}: ${what} → nothing of the session`);
+  }
+  t.equal(upstream.requests.length, before, `${who}: nothing reached the upstream`);
+}
+
+/** The owner still uses its session: a call, a resumed stream, and finally DELETE. */
+async function assertOwnerWorks(t: Test, url: string, token: string, sessionId: string, lastEventId: string): Promise<void> {
+  const call = await exchange(url, token, { body: echo(91, 'mine'), sessionId });
+  t.equal(call.status, 200, 'the owner: POST works');
+  t.match(call.text, /mine/);
+  const replay = await exchange(url, token, { method: 'GET', sessionId, lastEventId, readMs: 2_000 });
+  t.equal(replay.status, 200, 'the owner: GET with Last-Event-ID works');
+  t.match(replay.text, /first/, 'the replayed events');
+  t.equal((await exchange(url, token, { method: 'DELETE', sessionId })).status, 200, 'the owner: DELETE works');
+}
+
+t.test('one gateway: another principal on the session gets 404 on POST, GET, GET with Last-Event-ID and DELETE; the owner keeps working', async (t) => {
+  const upstream = await startPaidUpstream('sessions-resumable');
+  t.teardown(() => upstream.close());
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port, publicUrl }, auth: oauth() }));
+  const alice = await tokenFor(publicUrl, { sub: 'alice' });
+  const sessionId = await openSession(gateway.url, alice);
+  const first = await exchange(gateway.url, alice, { body: echo(1, 'first'), sessionId });
+  t.equal(first.status, 200);
+  t.ok(first.eventIds.length > 0, 'the upstream gave event ids');
+  const lastEventId = first.eventIds[0] as string;
+
+  await assertLockedOut(t, gateway.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user');
+  await assertLockedOut(t, gateway.url, await tokenFor(publicUrl, { client_id: 'alice' }), sessionId, lastEventId, upstream, "a client whose client_id is the owner's sub");
+  t.ok(gateway.logs().some((line) => line.evt === 'session_refused' && line.reason === 'other_principal'), 'the refusals are logged');
+  t.notOk(gateway.logText().includes(sessionId), 'the session id is not logged');
+  await assertOwnerWorks(t, gateway.url, alice, sessionId, lastEventId);
+});
+
+t.test('a session with no recorded owner (opened behind the gateway) is refused 404 to everyone, never forwarded', async (t) => {
+  const upstream = await startPaidUpstream('sessions-resumable');
+  t.teardown(() => upstream.close());
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port, publicUrl }, auth: oauth() }));
+  const direct = await exchange(upstream.url, 'unused', { body: initialize });
+  t.ok(direct.sessionId, 'a session opened at the upstream directly');
+  const before = upstream.requests.length;
+  const refused = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'alice' }), { body: echo(1, 'x'), sessionId: direct.sessionId as string });
+  t.equal(refused.status, 404);
+  t.equal(upstream.requests.length, before, 'nothing forwarded');
+});
+
+t.test('an upstream that hands one session id to two principals: the second initialize is not relayed, and no session id reaches that client', async (t) => {
+  const upstream = await startScriptedUpstream();
+  t.teardown(() => upstream.close());
+  upstream.respond((_req, res, body) => {
+    const message = JSON.parse(body) as { id?: number };
+    res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'the-same-session' });
+    res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id ?? null, result: { protocolVersion: LEGACY, capabilities: {}, serverInfo: { name: 'x', version: '1' } } }));
+  });
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port, publicUrl }, auth: oauth() }));
+  const first = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'alice' }), { body: initialize });
+  t.equal(first.sessionId, 'the-same-session', "the first principal gets it (and it is now the first principal's)");
+  const second = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'bob' }), { body: initialize });
+  t.equal(second.status, 502);
+  t.equal(second.sessionId, null, 'no session header');
+  t.match(JSON.parse(second.text), { jsonrpc: '2.0', id: 0, error: { code: -32603 } });
+  t.ok(gateway.logs().some((line) => line.evt === 'session_bind_failed'), 'logged');
+});
+
+t.test('auth.mode none: sessions are not bound (any client may use any session id, as before)', async (t) => {
+  const upstream = await startPaidUpstream('sessions-resumable');
+  t.teardown(() => upstream.close());
+  const gateway = await startTestGateway(t, testConfig(upstream.url));
+  const sessionId = await openSession(gateway.url, 'ignored');
+  t.equal((await exchange(gateway.url, 'another-ignored', { body: echo(1, 'x'), sessionId })).status, 200);
+});
+
+t.test('two gateway processes on one Redis: the binding written by one is enforced by the other', async (t) => {
+  const redis = await startRedis();
+  t.teardown(() => redis.stop());
+  const upstream = await startPaidUpstream('sessions-resumable');
+  t.teardown(() => upstream.close());
+  const port = await freePort();
+  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const config = redisGatewayConfig(upstream.url, { url: redis.url }, `tbsess${randomBytes(3).toString('hex')}:`, { auth: oauth() });
+  const [a, b] = await Promise.all([
+    startGatewayProcess(t, { ...config, server: { host: '127.0.0.1', port, publicUrl } }),
+    startGatewayProcess(t, { ...config, server: { host: '127.0.0.1', publicUrl } }),
+  ]);
+  const alice = await tokenFor(publicUrl, { sub: 'alice' });
+  const sessionId = await openSession(a!.url, alice);
+  const first = await exchange(a!.url, alice, { body: echo(1, 'first'), sessionId });
+  const lastEventId = first.eventIds[0] as string;
+  await assertLockedOut(t, b!.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the other replica');
+  await assertLockedOut(t, a!.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the first replica');
+  await assertOwnerWorks(t, b!.url, alice, sessionId, lastEventId);
+});
