@@ -6,8 +6,8 @@
 // cannot be judged from the one node at its path passes `params.found` to say what was found.
 import { z } from 'zod';
 import { SCOPE_TOKEN } from '../auth/scopes.js';
-import { compareDecimal, isDecimalString } from '../payments/decimal.js';
-import { knownAsset } from '../payments/x402/assets.js';
+import { compareDecimal, isDecimalString } from '../money/decimal.js';
+import { knownAsset } from '../money/assets.js';
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };

@@ -1,6 +1,6 @@
 // Origin and Host checks on the MCP endpoint (SPEC §5.2): nothing else runs for a request from a foreign
 // browser origin or an unexpected Host (DNS-rebinding guard). The check runs in an onRequest hook of the
-// MCP endpoint's own routes (proxy/mcp-endpoint.ts), so it applies to whatever the router matched as
+// MCP endpoint's own routes (http/mcp-endpoint.ts), so it applies to whatever the router matched as
 // the endpoint — `/%6Dcp` and `/mcp?x` included — and never to anything else (`/mcp/`, `//mcp`,
 // `/MCP`, `/mcp;x` are not the endpoint: 404). It never looks at the raw URL.
 import { GatewayError } from '../errors.js';

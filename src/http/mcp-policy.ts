@@ -10,7 +10,7 @@ import type { SessionBindings } from '../auth/session-bindings.js';
 import { GatewayError } from '../errors.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
-import type { ToolCatalog } from '../mcp/tool-catalog.js';
+import type { ToolCatalog } from '../proxy/tool-catalog.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
 import type { Logger } from '../observability/logger.js';

@@ -8,7 +8,7 @@
 // every POST), so it cannot be a cross-site forgery and is accepted, as a scripted test payment.
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
-import { isDecimalString } from './decimal.js';
+import { isDecimalString } from '../money/decimal.js';
 import { DEV_CHECKOUT_PREFIX } from './dev.js';
 
 const escapeHtml = (text: string): string =>

@@ -16,7 +16,7 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
-import { compareDecimal, isDecimalString } from './decimal.js';
+import { compareDecimal, isDecimalString } from '../money/decimal.js';
 import { ProviderError, type ChargeReading, type OpenChargeInput, type OpenedCharge, type PaymentProvider } from './provider.js';
 
 export interface MoovePacingOptions {

@@ -1,6 +1,6 @@
 // The settlement rule (SPEC §7.4), on the price snapshot stored with the charge, in exact decimal
 // arithmetic: amounts are decimal strings, the policy fractions are turned into fixed-point once.
-import { parseDecimal } from './decimal.js';
+import { parseDecimal } from '../money/decimal.js';
 
 export interface SettlementPolicy {
   tolerance: number; // received ≥ (1 − tolerance) × amount → full pack

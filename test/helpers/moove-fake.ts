@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import { compareDecimal, formatDecimal, isDecimalString, parseDecimal } from '../../src/payments/decimal.js';
+import { compareDecimal, formatDecimal, isDecimalString, parseDecimal } from '../../src/money/decimal.js';
 import { signMoovePayload } from '../../src/payments/webhook.js';
 
 export type MooveLinkStatus = 'active' | 'completed' | 'inactive';

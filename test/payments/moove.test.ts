@@ -6,7 +6,7 @@ import { Writable } from 'node:stream';
 import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics, type Metrics } from '../../src/observability/metrics.js';
-import { equalAmounts } from '../../src/payments/decimal.js';
+import { equalAmounts } from '../../src/money/decimal.js';
 import { describeCharge, MooveProvider, type MooveProviderOptions } from '../../src/payments/moove.js';
 import { ProviderError, type OpenChargeInput, type ProviderErrorKind } from '../../src/payments/provider.js';
 import { startMooveFake, type MooveFake, type MooveFakeOptions } from '../helpers/moove-fake.js';

@@ -1,7 +1,7 @@
 // The price of one x402-paid call (SPEC §19), in the asset's atomic units (USDC: 6 decimals, so
 // "0.02" is 20000). Exact integer arithmetic on the decimal strings of the config (decimal.ts), and
 // rounded up: the payee never receives less than the credit price the operator set.
-import { formatDecimal, parseDecimal } from '../decimal.js';
+import { formatDecimal, parseDecimal } from '../../money/decimal.js';
 
 export interface CallPrice {
   /** Credits the tool costs (tools.<name>.cost). */

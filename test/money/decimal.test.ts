@@ -1,7 +1,7 @@
 // Decimal amounts compared by value with BigInt: providers echo "5.00" back as "5".
 import t from 'tap';
 import fc from 'fast-check';
-import { compareDecimal, equalAmounts, formatDecimal, isDecimalString, parseDecimal } from '../../src/payments/decimal.js';
+import { compareDecimal, equalAmounts, formatDecimal, isDecimalString, parseDecimal } from '../../src/money/decimal.js';
 
 t.test('parseDecimal keeps every digit as integer units and a scale', async (t) => {
   t.same(parseDecimal('5.00'), { units: 500n, scale: 2 });

@@ -3,7 +3,7 @@ import t from 'tap';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
-import { ToolCatalog } from '../../src/mcp/tool-catalog.js';
+import { ToolCatalog } from '../../src/proxy/tool-catalog.js';
 import { httpUpstreamTarget } from '../../src/proxy/upstream-target.js';
 import { startPaidUpstream, type UpstreamMode } from '../helpers/paid-upstream.js';
 

@@ -5,9 +5,9 @@
 // one reply reader (proxy/reply-reader.ts).
 import { randomUUID } from 'node:crypto';
 import { request } from 'undici';
-import { collectResponses, discard, responseTo } from '../proxy/reply-reader.js';
-import type { UpstreamTarget } from '../proxy/upstream-target.js';
-import { isObject, type JsonObject } from './jsonrpc.js';
+import { collectResponses, discard, responseTo } from './reply-reader.js';
+import type { UpstreamTarget } from './upstream-target.js';
+import { isObject, type JsonObject } from '../mcp/jsonrpc.js';
 
 const CACHE_MS = 30_000;
 const FETCH_TIMEOUT_MS = 2_000;
