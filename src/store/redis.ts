@@ -14,36 +14,41 @@ import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
 import { parseStreamEntry, parseStreamId, streamBounds, type StreamItem } from './ledger-stream.js';
 import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
 import {
-  HANDLE_TTL_FLOOR_MS,
   LEDGER_RETENTION_MS,
   OPENING_GRACE_MS,
-  PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
   RETENTION_MS,
   chargeRecordEnd,
-  type BeginChargeResult,
-  type ChargeRecord,
-  type ChargeStatus,
-  type ClaimResult,
-  type DevLink,
-  type HandleState,
-  type LedgerAccount,
-  type LedgerCheckpoint,
-  type LedgerEntry,
-  type LedgerHolding,
-  type LedgerRange,
-  type NewHandle,
-  type OpenChargeRequest,
-  type PricedRequestKey,
-  type PricedRequestRecord,
-  type PaymentNonceClaim,
-  type PaymentNonceKey,
-  type PaymentNonceOutcome,
-  type PaymentNonceRecord,
-  type SettlementClaim,
-  type SpendDecision,
-  type SpendRequest,
-  type Store,
+  checkGrant,
+  checkHandleTtl,
+  devLinkEnd,
+  newChargeRecord,
+  newPaymentNonceRecord,
+} from './policy.js';
+import type {
+  BeginChargeResult,
+  ChargeRecord,
+  ChargeStatus,
+  ClaimResult,
+  DevLink,
+  HandleState,
+  LedgerAccount,
+  LedgerCheckpoint,
+  LedgerEntry,
+  LedgerHolding,
+  LedgerRange,
+  NewHandle,
+  OpenChargeRequest,
+  PricedRequestKey,
+  PricedRequestRecord,
+  PaymentNonceClaim,
+  PaymentNonceKey,
+  PaymentNonceOutcome,
+  PaymentNonceRecord,
+  SettlementClaim,
+  SpendDecision,
+  SpendRequest,
+  Store,
 } from './store.js';
 
 /** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
@@ -109,9 +114,7 @@ export class RedisStore implements Store {
   // ── handles and reservations ─────────────────────────────────────────────────────────────────────
 
   async createHandle(handle: NewHandle): Promise<void> {
-    if (!(handle.ttlMs >= HANDLE_TTL_FLOOR_MS)) {
-      throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
-    }
+    checkHandleTtl(handle.ttlMs);
     const k = this.keys.handle(handle.handleHash);
     const args = [handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, this.now(), handle.handleHash];
     const expiry = this.keys.handleExpiryOf(handle.handleHash, this.clustered);
@@ -216,9 +219,7 @@ export class RedisStore implements Store {
   }
 
   async grantCredits(handleHash: string, sku: string, credits: number, reason = ''): Promise<number> {
-    if (!Number.isSafeInteger(credits) || credits <= 0) {
-      throw new GatewayError('TB_ERR_INVALID_PARAMS', `credits to grant must be a positive integer, got ${credits}`);
-    }
+    checkGrant(credits);
     const k = this.keys.handle(handleHash);
     const expiry = this.keys.handleExpiryOf(handleHash, this.clustered);
     const args = [sku, credits, this.now(), reason, this.ledgerRetentionMs, handleHash];
@@ -231,22 +232,7 @@ export class RedisStore implements Store {
 
   async beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult> {
     const { handleHash, sku, nonce, now } = request;
-    const charge: ChargeRecord = {
-      nonce,
-      handleHash,
-      sku,
-      ...request.snapshot,
-      status: 'opening',
-      providerRef: null,
-      checkoutUrl: null,
-      openedAt: now,
-      expiresAt: now + request.ttlMs,
-      lastPolledAt: 0,
-      nextPollAt: now + request.firstPollDelayMs,
-      pollCount: 0,
-      grantedCredits: 0,
-      receivedAmount: null,
-    };
+    const charge = newChargeRecord(request);
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, nonce);
     const clock = this.now();
@@ -429,7 +415,7 @@ export class RedisStore implements Store {
   }
 
   async putDevLink(link: DevLink): Promise<void> {
-    const ttl = Math.max(1_000, link.expiresAt + RETENTION_MS - this.now());
+    const ttl = Math.max(1_000, devLinkEnd(link) - this.now());
     await this.call('putDevLink', () => this.client.set(this.keys.devLink(link.id), JSON.stringify(link), 'PX', ttl));
   }
 
@@ -608,21 +594,8 @@ export class RedisStore implements Store {
 
   async claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean> {
     const now = this.now();
-    const ttlMs = Math.max(claim.expiresAt - now, PAYMENT_NONCE_MIN_TTL_MS);
-    const record: PaymentNonceRecord = {
-      network: claim.network.toLowerCase(),
-      asset: claim.asset.toLowerCase(),
-      payer: claim.payer.toLowerCase(),
-      nonce: claim.nonce.toLowerCase(),
-      expiresAt: now + ttlMs,
-      claimedAt: claim.claimedAt,
-      sku: claim.sku,
-      tool: claim.tool,
-      amount: claim.amount,
-      state: 'claimed',
-      transaction: null,
-      finishedAt: null,
-    };
+    const record = newPaymentNonceRecord(claim, now);
+    const ttlMs = record.expiresAt - now;
     const reply = await this.call('claimPaymentNonce', () => this.client.set(this.keys.paymentNonce(claim), JSON.stringify(record), 'PX', ttlMs, 'NX'));
     return reply === 'OK';
   }

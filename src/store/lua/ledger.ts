@@ -4,9 +4,11 @@
 // Fields: k kind, s sku, c credits (signed), b balanceAfter, fp fingerprint, r ref, t tool,
 // a amount, cu currency, why reason, n network, as asset, p payer, tx transaction.
 
+import { HANDLE_GRACE_MS } from '../policy.js';
+
 /** Helpers prepended (after PRELUDE) to every script. */
 export const LEDGER_PRELUDE = `
-local HANDLE_GRACE_MS = 604800000
+local HANDLE_GRACE_MS = ${HANDLE_GRACE_MS}
 
 -- Credits a handle's reservations hold in one SKU (its :res hash holds "deadline cost sku").
 local function reserved_of(res, sku)
