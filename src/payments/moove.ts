@@ -14,6 +14,9 @@
 // - Auth, scope and account-not-ready failures need an operator, not a retry: one warn line per
 //   error code per 5 minutes says what to fix.
 import { Agent, request, type Dispatcher } from 'undici';
+import { readCapped } from '../io/body.js';
+import { isRecord, parseJsonOrUndefined } from '../io/json.js';
+import { sleep } from '../io/sleep.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { compareDecimal, isDecimalString } from '../money/decimal.js';
@@ -242,7 +245,7 @@ export class MooveProvider implements PaymentProvider {
           this.#pacer.giveBack();
           throw giveUp(last);
         }
-        if (wait > 0) await sleep(wait, signal);
+        if (wait > 0) await sleep(wait, signal, cancelled);
       }
       const timeoutMs = Math.min(this.#requestTimeoutMs, deadlineAt - this.#clock());
       if (timeoutMs <= 0) throw giveUp(last);
@@ -256,7 +259,7 @@ export class MooveProvider implements PaymentProvider {
       const delay = this.#random() * Math.min(this.#retry.maxDelayMs, this.#retry.baseDelayMs * 2 ** (attempt - 1));
       if (this.#clock() + delay >= deadlineAt) throw giveUp(last);
       this.#logger.debug({ evt: 'provider_retry', provider: 'moove', op: exchange.op, attempt, kind: last.kind, delayMs: Math.round(delay) }, 'retrying a Moove request');
-      await sleep(delay, signal);
+      await sleep(delay, signal, cancelled);
     }
   }
 
@@ -279,7 +282,7 @@ export class MooveProvider implements PaymentProvider {
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
       });
-      text = await readCapped(response.body, MAX_RESPONSE_BYTES);
+      text = await readCapped(response.body, MAX_RESPONSE_BYTES, (limit) => new ProviderError('bad_response', `Moove answered with a body over ${limit} bytes`));
     } catch (error) {
       this.#count(exchange.op, response ? String(response.statusCode) : 'network');
       throw transportError(error, { cancelled: signal?.aborted === true, timedOut: timeout.aborted, timeoutMs });
@@ -290,7 +293,7 @@ export class MooveProvider implements PaymentProvider {
       if (status === 429) this.#pacer.onRateLimited();
       else this.#pacer.onAnswered();
     }
-    const payload = parseJson(text);
+    const payload = parseJsonOrUndefined(text);
     if (status >= 200 && status < 300) {
       if (payload === undefined) throw new ProviderError('bad_response', `Moove answered ${status} with a body that is not JSON`, { httpStatus: status });
       return payload;
@@ -419,45 +422,4 @@ function amountField(value: unknown): string | null | undefined {
 
 const isLinkId = (value: unknown): value is string => typeof value === 'string' && value.length > 0 && value.length <= LINK_ID_MAX;
 
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    return undefined;
-  }
-}
-
-async function readCapped(body: Dispatcher.ResponseData['body'], limit: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) {
-      body.destroy();
-      throw new ProviderError('bad_response', `Moove answered with a body over ${limit} bytes`);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const cancelled = (): ProviderError => new ProviderError('network', 'the Moove request was cancelled by the caller');
-    if (signal?.aborted) {
-      reject(cancelled());
-      return;
-    }
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(cancelled());
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
+const cancelled = (): ProviderError => new ProviderError('network', 'the Moove request was cancelled by the caller');
