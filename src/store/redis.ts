@@ -7,12 +7,13 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
+import { withBudget } from '../io/budget.js';
 import type { Logger } from '../observability/logger.js';
 import { indexMember, KeySpace, parseIndexMember, tagValue } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
 import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
 import { parseStreamEntry, parseStreamId, streamBounds, type StreamItem } from './ledger-stream.js';
-import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
+import { errorMessage, openRedisClient, type RedisClient } from './redis-connection.js';
 import {
   LEDGER_RETENTION_MS,
   OPENING_GRACE_MS,
