@@ -24,31 +24,9 @@ import {
   type BucketParams,
   type TokenBucket,
 } from './policy.js';
-import type {
-  BeginChargeResult,
-  ChargeRecord,
-  ChargeStatus,
-  ClaimResult,
-  DevLink,
-  HandleState,
-  LedgerAccount,
-  LedgerCheckpoint,
-  LedgerEntry,
-  LedgerHolding,
-  LedgerRange,
-  NewHandle,
-  OpenChargeRequest,
-  PricedRequestKey,
-  PricedRequestRecord,
-  PaymentNonceClaim,
-  PaymentNonceKey,
-  PaymentNonceOutcome,
-  PaymentNonceRecord,
-  SettlementClaim,
-  SpendDecision,
-  SpendRequest,
-  Store,
-} from './store.js';
+import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
+  SpendDecision, SpendRequest, Store } from './store.js';
 
 const SWEEP_INTERVAL_MS = 60_000;
 /** §7.5: a charge money can still land on (a late payment is never ignored). */

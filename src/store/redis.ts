@@ -26,31 +26,9 @@ import {
   newChargeRecord,
   newPaymentNonceRecord,
 } from './policy.js';
-import type {
-  BeginChargeResult,
-  ChargeRecord,
-  ChargeStatus,
-  ClaimResult,
-  DevLink,
-  HandleState,
-  LedgerAccount,
-  LedgerCheckpoint,
-  LedgerEntry,
-  LedgerHolding,
-  LedgerRange,
-  NewHandle,
-  OpenChargeRequest,
-  PricedRequestKey,
-  PricedRequestRecord,
-  PaymentNonceClaim,
-  PaymentNonceKey,
-  PaymentNonceOutcome,
-  PaymentNonceRecord,
-  SettlementClaim,
-  SpendDecision,
-  SpendRequest,
-  Store,
-} from './store.js';
+import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
+  SpendDecision, SpendRequest, Store } from './store.js';
 
 /** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
 const CALL_BUDGET_MS = 1_000;
