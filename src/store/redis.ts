@@ -525,15 +525,9 @@ export class RedisStore implements Store {
    */
   private async expiredInShards(now: number, limit: number): Promise<string[]> {
     const cluster = this.client as Cluster;
-    const slots: number[] = [];
-    for (let i = 0; i < EXPIRY_WALK_SLICE; i++) slots.push((this.expiryWalkCursor + i) % SLOT_COUNT);
+    const slots = walkSlice(this.expiryWalkCursor, EXPIRY_WALK_SLICE);
     this.expiryWalkCursor = (this.expiryWalkCursor + EXPIRY_WALK_SLICE) % SLOT_COUNT;
-    const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
-    const byNode = new Map<Redis, number[]>();
-    for (const slot of slots) {
-      const node = masters.get(cluster.slots[slot]?.[0] ?? '');
-      if (node) byNode.set(node, [...(byNode.get(node) ?? []), slot]);
-    }
+    const byNode = slotsByMaster(cluster, slots);
     const found: string[] = [];
     await Promise.all(
       [...byNode].map(async ([node, nodeSlots]) => {
@@ -633,19 +627,9 @@ export class RedisStore implements Store {
   private async staleInShards(before: number, limit: number, clock: number): Promise<string[]> {
     const cluster = this.client as Cluster;
     const listed = new Set((await cluster.zrange(this.keys.shardDirectory, 0, -1)).map(Number).filter((slot) => Number.isInteger(slot) && slot >= 0 && slot < SLOT_COUNT));
-    const slots = new Set(listed);
-    for (let i = 0; i < SHARD_WALK_SLICE; i++) slots.add((this.walkCursor + i) % SLOT_COUNT);
+    const slots = new Set([...listed, ...walkSlice(this.walkCursor, SHARD_WALK_SLICE)]);
     this.walkCursor = (this.walkCursor + SHARD_WALK_SLICE) % SLOT_COUNT;
-
-    const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
-    const byNode = new Map<Redis, number[]>();
-    for (const slot of slots) {
-      const node = masters.get(cluster.slots[slot]?.[0] ?? '');
-      if (!node) continue;
-      const nodeSlots = byNode.get(node);
-      if (nodeSlots) nodeSlots.push(slot);
-      else byNode.set(node, [slot]);
-    }
+    const byNode = slotsByMaster(cluster, slots);
     const found: { member: string; deadline: number }[] = [];
     const empty: number[] = [];
     await Promise.all(
@@ -761,4 +745,23 @@ function groupMembers(members: string[]): Map<string, string[]> {
     byHandle.set(target.handleHash, ids);
   }
   return byHandle;
+}
+
+/** `size` slots of a rotating walk over every slot, from `cursor` on. */
+function walkSlice(cursor: number, size: number): number[] {
+  return Array.from({ length: size }, (_, i) => (cursor + i) % SLOT_COUNT);
+}
+
+/** Slots grouped by the master serving them, by the client's slot map (a slot with no known master is left out). */
+function slotsByMaster(cluster: Cluster, slots: Iterable<number>): Map<Redis, number[]> {
+  const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+  const byNode = new Map<Redis, number[]>();
+  for (const slot of slots) {
+    const node = masters.get(cluster.slots[slot]?.[0] ?? '');
+    if (!node) continue;
+    const nodeSlots = byNode.get(node);
+    if (nodeSlots) nodeSlots.push(slot);
+    else byNode.set(node, [slot]);
+  }
+  return byNode;
 }
