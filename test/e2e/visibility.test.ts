@@ -39,7 +39,7 @@ interface Setup {
   token(principal: Principal): Promise<string>;
 }
 
-async function setup(t: Test, mode: PagedMode): Promise<Setup> {
+async function setup(t: Test, mode: PagedMode, auth: { hideUnauthorisedTools?: boolean } = {}): Promise<Setup> {
   const upstream = await startPagedUpstream(mode, TOOLS);
   t.teardown(() => upstream.close());
   const port = await freePort();
@@ -60,6 +60,7 @@ async function setup(t: Test, mode: PagedMode): Promise<Setup> {
         authorizationServers: [issuer.issuer],
         requiredScopes: ['mcp:use'],
         toolScopes: { fetch_readable: ['research:pay'], delete_file: ['files:write'], admin_stats: ['admin'], secret_tool: ['admin'] },
+        ...auth,
       },
     }),
   );
@@ -270,4 +271,39 @@ t.test('a tools/list replayed on a GET stream (Last-Event-ID) is filtered for th
     t.ok(replayed, `${principal}: the GET stream replayed the list`);
     t.same(replayed?.result.tools.map((entry: Json) => entry.name), firstPage, `${principal}: the replayed list is filtered the same way`);
   }
+});
+
+t.test('hideUnauthorisedTools: false lists every tool that is not hidden, whatever the scopes; calls are still refused by scope', async (t) => {
+  const { gateway, token } = await setup(t, 'v1-json', { hideUnauthorisedTools: false });
+  const client = await connect('legacy', gateway.url, await token('alice'));
+  try {
+    t.same(names(await client.listPages()), ['echo', 'fetch_readable', 'costly', 'delete_file', 'admin_stats']);
+    t.match((await rejection(client.callTool('delete_file'))).message, /-32003/);
+  } finally {
+    await client.close();
+  }
+});
+
+t.test('auth.mode none: hidden tools are out of every list and answered "Unknown tool"; nothing else changes', async (t) => {
+  const upstream = await startPagedUpstream('v1-json', TOOLS);
+  t.teardown(() => upstream.close());
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { tools: { fetch_readable: { sku: 'research', cost: 1 }, secret_tool: { hidden: true }, parked: { sku: 'research', cost: 2, hidden: true } } }));
+  const client = new V1Client({ name: 'visibility-none', version: '1.0.0' });
+  await client.connect(new V1HttpTransport(new URL(gateway.url)));
+  try {
+    const tools: Json[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await client.listTools(cursor === undefined ? {} : { cursor });
+      tools.push(...page.tools);
+      cursor = page.nextCursor;
+    } while (cursor !== undefined);
+    t.same(tools.map((entry) => entry.name), ['echo', 'fetch_readable', 'costly', 'delete_file', 'admin_stats']);
+    const hidden = await rejection(client.callTool({ name: 'parked', arguments: {} }));
+    t.equal(hidden.code, -32602);
+    t.match(hidden.message, 'Unknown tool: parked');
+  } finally {
+    await client.close();
+  }
+  t.notOk(upstream.bodies.some((body) => body.includes('"parked"')), 'never forwarded');
 });
