@@ -11,7 +11,7 @@ import { StreamableHTTPClientTransport as V1HttpTransport } from '@modelcontextp
 import t, { type Test } from 'tap';
 import { freePort, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
-import { readStream, send } from '../helpers/namespace-client.js';
+import { parseReply, send, type Reply } from '../helpers/namespace-client.js';
 import { PAGE_SIZE, startPagedUpstream, tool, type PagedMode } from '../helpers/paged-upstream.js';
 import type { RecordingUpstream } from '../helpers/paid-upstream.js';
 
@@ -115,6 +115,23 @@ function rawCall(era: 'legacy' | 'modern', url: string, token: string, name: str
   return send(url, { jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name, arguments: {}, _meta: meta } }, { ...headers, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': name });
 }
 
+/** Reads a GET stream until its text holds `marker` in a complete event (or 5 s), then hangs up. */
+async function readUntil(url: string, headers: Record<string, string>, marker: string): Promise<Reply> {
+  const controller = new AbortController();
+  const response = await fetch(url, { method: 'GET', headers: { accept: 'text/event-stream', ...headers }, signal: controller.signal });
+  const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline && !(text.includes(marker) && /\n\n$/.test(text))) {
+    const next = await Promise.race([reader.read(), new Promise<null>((resolve) => setTimeout(() => resolve(null), Math.max(1, deadline - Date.now())))]);
+    if (next === null || next.done) break;
+    text += decoder.decode(next.value, { stream: true });
+  }
+  controller.abort();
+  return parseReply(response.status, response.headers, text);
+}
+
 const names = (pages: Json[][]): string[] => pages.flat().map((entry) => entry.name as string);
 
 /** The JSON-RPC error a client's call rejected with: { code, message } as the SDK reports it. */
@@ -132,6 +149,7 @@ const CASES: { mode: PagedMode; era: 'legacy' | 'modern'; reply: string }[] = [
   { mode: 'v1-resumable', era: 'legacy', reply: 'SSE (sessions)' },
   { mode: 'v2-json', era: 'modern', reply: 'JSON' },
   { mode: 'v2-sse', era: 'modern', reply: 'SSE' },
+  { mode: 'v2-json', era: 'legacy', reply: 'SDK v2 stateless fallback' },
 ];
 
 for (const { mode, era, reply } of CASES) {
@@ -265,7 +283,7 @@ t.test('a tools/list replayed on a GET stream (Last-Event-ID) is filtered for th
     t.same(posted?.result.tools.map((entry: Json) => entry.name), firstPage, `${principal}: POST (SSE) reply filtered`);
     const priming = listed.eventIds[0] as string;
     t.ok(priming, 'the upstream primed the stream with an event id');
-    const replay = await readStream(gateway.url, { ...headers, 'last-event-id': priming }, 1);
+    const replay = await readUntil(gateway.url, { ...headers, 'last-event-id': priming }, '"id":7');
     t.equal(replay.status, 200);
     const replayed = replay.messages.find((message) => message.id === 7);
     t.ok(replayed, `${principal}: the GET stream replayed the list`);
