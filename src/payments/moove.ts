@@ -16,7 +16,6 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import { readCapped } from '../io/body.js';
 import { isRecord, parseJsonOrUndefined } from '../io/json.js';
-import { sleep } from '../io/sleep.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { compareDecimal, isDecimalString } from '../money/decimal.js';
@@ -245,7 +244,7 @@ export class MooveProvider implements PaymentProvider {
           this.#pacer.giveBack();
           throw giveUp(last);
         }
-        if (wait > 0) await sleep(wait, signal, cancelled);
+        if (wait > 0) await sleep(wait, signal);
       }
       const timeoutMs = Math.min(this.#requestTimeoutMs, deadlineAt - this.#clock());
       if (timeoutMs <= 0) throw giveUp(last);
@@ -259,7 +258,7 @@ export class MooveProvider implements PaymentProvider {
       const delay = this.#random() * Math.min(this.#retry.maxDelayMs, this.#retry.baseDelayMs * 2 ** (attempt - 1));
       if (this.#clock() + delay >= deadlineAt) throw giveUp(last);
       this.#logger.debug({ evt: 'provider_retry', provider: 'moove', op: exchange.op, attempt, kind: last.kind, delayMs: Math.round(delay) }, 'retrying a Moove request');
-      await sleep(delay, signal, cancelled);
+      await sleep(delay, signal);
     }
   }
 
@@ -422,4 +421,21 @@ function amountField(value: unknown): string | null | undefined {
 
 const isLinkId = (value: unknown): value is string => typeof value === 'string' && value.length > 0 && value.length <= LINK_ID_MAX;
 
-const cancelled = (): ProviderError => new ProviderError('network', 'the Moove request was cancelled by the caller');
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const cancelled = (): ProviderError => new ProviderError('network', 'the Moove request was cancelled by the caller');
+    if (signal?.aborted) {
+      reject(cancelled());
+      return;
+    }
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(cancelled());
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}

@@ -15,10 +15,11 @@ import ts from 'typescript';
  * `island`: a program of its own that neither imports nor is imported by the gateway's layers.
  */
 export const LAYERS: Readonly<Record<string, number | 'island'>> = {
-  // 0: leaves: the error table, exact money arithmetic and the asset table, small I/O utilities
+  // 0: leaves: the error table, exact money arithmetic and the asset table, small I/O utilities, the clock
   errors: 0,
   money: 0,
   io: 0,
+  clock: 0, // src/clock.ts: the one source of time (issue 18)
   // 1: the configuration's type, validation and masking
   config: 1,
   // 2: logs, metrics, traces, fingerprints

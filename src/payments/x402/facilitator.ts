@@ -24,7 +24,6 @@ import { z } from 'zod';
 import { GatewayError } from '../../errors.js';
 import { readCapped } from '../../io/body.js';
 import { isRecord, parseJsonOrUndefined } from '../../io/json.js';
-import { sleep } from '../../io/sleep.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Metrics } from '../../observability/metrics.js';
 
@@ -163,7 +162,7 @@ export class FacilitatorClient {
         const delay = this.#backoff(attempt);
         if (failure.mayHaveReached || attempt >= this.#maxAttempts || this.#clock() + delay >= deadlineAt) throw failure;
         this.#logger.debug({ evt: 'facilitator_retry', op: 'settle', attempt, kind: failure.kind, delayMs: Math.round(delay) }, 'retrying an x402 settle that never reached the facilitator');
-        await backoff(delay);
+        await sleep(delay);
       }
     }
     const parsed = settleAnswer.safeParse(answer.payload);
@@ -208,7 +207,7 @@ export class FacilitatorClient {
       const delay = this.#backoff(attempt);
       if (!RETRYABLE_VERIFY.has(failure.kind) || attempt >= this.#maxAttempts || signal?.aborted || this.#clock() + delay >= deadlineAt) throw failure;
       this.#logger.debug({ evt: 'facilitator_retry', op: exchange.op, attempt, kind: failure.kind, delayMs: Math.round(delay) }, 'retrying an x402 facilitator request');
-      await backoff(delay, exchange.op, signal);
+      await sleep(delay, exchange.op, signal);
     }
   }
 
@@ -271,7 +270,19 @@ function transportError(op: FacilitatorOp, error: unknown, how: { cancelled: boo
   return new FacilitatorError(op, 'network', `could not reach the x402 facilitator for ${op} (${code ?? name})`, { mayHaveReached, cause });
 }
 
-/** A retry's wait; the caller's abort ends it with a 'cancelled' error (mayHaveReached: the previous attempt's). */
-function backoff(ms: number, op: FacilitatorOp = 'settle', signal?: AbortSignal): Promise<void> {
-  return sleep(ms, signal, () => new FacilitatorError(op, 'cancelled', `the x402 facilitator ${op} was cancelled by the caller`, { mayHaveReached: true }));
+function sleep(ms: number, op: FacilitatorOp = 'settle', signal?: AbortSignal): Promise<void> {
+  // Only between attempts: the last attempt's outcome is already known, so mayHaveReached reflects the previous one.
+  const cancelled = (): FacilitatorError => new FacilitatorError(op, 'cancelled', `the x402 facilitator ${op} was cancelled by the caller`, { mayHaveReached: true });
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(cancelled());
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        reject(cancelled());
+      },
+      { once: true },
+    );
+  });
 }
