@@ -9,7 +9,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { SessionBindings } from '../auth/session-bindings.js';
 import { GatewayError } from '../errors.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
-import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
@@ -67,8 +67,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   call.requestId = classified.batch ? null : idOf(classified.messages[0]);
   call.trace?.describe(classified);
   // 3. Authenticate (SPEC §9) when oauth is on.
-  const principal = await authenticate(deps, request, reply, classified.toolCalls.map((c) => c.name));
-  if (principal === undefined) return;
+  const principal = await authenticate(deps, request, classified.toolCalls.map((c) => c.name));
   await requireSessionOwner(deps, request, principal);
   // 4. A request in a legacy session may not reuse the id of a paid call this replica forwarded in it:
   // the upstream would route that call's result to it (SPEC §6.5).
@@ -84,8 +83,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
 /** GET (a stream) and DELETE: authentication only; a GET stream is read event by event when any tool is priced. */
 async function allowStream(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply): Promise<void> {
   call.method = request.method;
-  const principal = await authenticate(deps, request, reply, []);
-  if (principal === undefined) return;
+  const principal = await authenticate(deps, request, []);
   await requireSessionOwner(deps, request, principal);
   if (request.method === 'GET') {
     call.sessionId = sessionOf(request);
@@ -206,14 +204,13 @@ function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, tool
   return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id };
 }
 
-/** Resolves with the principal (null when auth is off), or undefined after answering 401/403. */
-async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply: FastifyReply, tools: string[]): Promise<string | null | undefined> {
+/** Resolves with the principal (null when auth is off); throws TB_ERR_UNAUTHENTICATED (401) / TB_ERR_INSUFFICIENT_SCOPE (403) with its WWW-Authenticate. */
+async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, tools: string[]): Promise<string | null> {
   if (!deps.authenticator) return null;
   const outcome = await deps.authenticator.authenticate(request.headers.authorization, { tools });
   if (outcome.ok) return outcome.principal;
-  reply.header('www-authenticate', outcome.wwwAuthenticate);
-  sendJson(reply, outcome.status, errorResponse(request.mcpCall.requestId, outcome.status === 401 ? -32001 : -32003, outcome.message));
-  return undefined;
+  const code = outcome.status === 401 ? 'TB_ERR_UNAUTHENTICATED' : 'TB_ERR_INSUFFICIENT_SCOPE';
+  throw new GatewayError(code, outcome.message, { headers: { 'www-authenticate': outcome.wwwAuthenticate } });
 }
 
 /**
