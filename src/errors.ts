@@ -41,10 +41,14 @@ export const ERROR_TABLE = {
   /** -32602 goes with 200, an ordinary JSON-RPC error reply (docs/decisions.md). */
   TB_ERR_INVALID_PARAMS: { status: 200, rpc: RPC.INVALID_PARAMS },
   TB_ERR_HEADER_MISMATCH: { status: 400, rpc: RPC.HEADER_MISMATCH },
+  /** The stdio bridge: a modern request for a protocol version it does not serve. */
+  TB_ERR_UNSUPPORTED_PROTOCOL_VERSION: { status: 400, rpc: RPC.UNSUPPORTED_PROTOCOL_VERSION },
   TB_ERR_BODY_TOO_LARGE: { status: 413, rpc: RPC.INVALID_REQUEST },
   TB_ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, rpc: RPC.INVALID_REQUEST },
   TB_ERR_METHOD_NOT_ALLOWED: { status: 405, rpc: RPC.INVALID_REQUEST },
   TB_ERR_NOT_FOUND: { status: 404, rpc: RPC.METHOD_NOT_FOUND },
+  /** The stdio bridge: a new session whose client does not accept both JSON and event streams. */
+  TB_ERR_NOT_ACCEPTABLE: { status: 406, rpc: RPC.INVALID_REQUEST },
   // Who may ask (SPEC §5.2 guards, §9 OAuth, §20 sessions, dev checkout).
   TB_ERR_ORIGIN_FORBIDDEN: { status: 403, rpc: RPC.FORBIDDEN },
   TB_ERR_HOST_FORBIDDEN: { status: 403, rpc: RPC.FORBIDDEN },
@@ -63,6 +67,8 @@ export const ERROR_TABLE = {
   TB_ERR_STORE_TTL_FLOOR: { status: 500, rpc: RPC.INTERNAL_ERROR },
   TB_ERR_PROVIDER: { status: 502, rpc: RPC.INTERNAL_ERROR },
   TB_ERR_FACILITATOR: { status: 502, rpc: RPC.INTERNAL_ERROR },
+  /** The stdio bridge cannot take the request now: it is shutting down, or its child is not reading its input. */
+  TB_ERR_BRIDGE_UNAVAILABLE: { status: 503, rpc: RPC.SERVER_ERROR },
   // Payment routes (SPEC §4, §20).
   TB_ERR_WEBHOOK_SIGNATURE: { status: 401, rpc: RPC.INVALID_REQUEST },
   TB_ERR_WEBHOOKS_OFF: { status: 503, rpc: RPC.INVALID_REQUEST },

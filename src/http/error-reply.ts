@@ -28,6 +28,7 @@ export function sendErrorReply<R extends FastifyReply | ServerResponse>(reply: R
 
 function write(reply: FastifyReply | ServerResponse, error: GatewayError, text: string): void {
   const raw = 'raw' in reply ? reply.raw : reply;
+  if (raw.destroyed) return;
   if (raw.headersSent || ('sent' in reply && reply.sent)) {
     raw.destroy();
     return;
