@@ -12,7 +12,7 @@ import type { Tracing } from './observability/tracing.js';
 import { registerRequestIdEcho, requestIdOf } from './observability/request-id.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
-import { registerDevCheckout } from './payments/dev-checkout.js';
+import { registerDevCheckout } from './http/dev-checkout.js';
 import type { X402Rail } from './payments/x402/rail.js';
 import { Paywall } from './paywall/decide.js';
 import { X402Calls } from './paywall/x402-calls.js';

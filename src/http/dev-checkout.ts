@@ -8,10 +8,10 @@
 // every POST), so it cannot be a cross-site forgery and is accepted, as a scripted test payment.
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../errors.js';
-import { sendErrorReply } from '../http/error-reply.js';
+import { sendErrorReply } from './error-reply.js';
 import type { Store } from '../store/store.js';
 import { isDecimalString } from '../money/decimal.js';
-import { DEV_CHECKOUT_PREFIX } from './dev.js';
+import { DEV_CHECKOUT_PREFIX } from '../payments/dev.js';
 
 const escapeHtml = (text: string): string =>
   text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);
