@@ -6,7 +6,7 @@
 // them; UNIT_ONLY says why each cannot be reached from a client. A code added to the table without a
 // case in one of the two lists fails the last test.
 import { request as httpRequest } from 'node:http';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer } from 'node:http';
@@ -257,5 +257,7 @@ t.test('every code in the table is either seen on the wire above or raised by it
     t.ok(wire || unit, `${code}: ${wire ? 'on the wire' : unit ? `unit only: ${UNIT_ONLY[code]}` : 'NEVER RAISED'}`);
     t.notOk(wire && unit, `${code}: not listed as unit-only once it is driven over HTTP`);
   }
+  const doc = readFileSync(new URL('../docs/operations.md', import.meta.url), 'utf8');
+  for (const code of ERROR_CODES) t.match(doc, `| \`${code}\` | ${ERROR_TABLE[code].status} | ${ERROR_TABLE[code].rpc} |`, `docs/operations.md lists ${code} as the table says`);
   t.comment(`${seenOnWire.size} codes over real HTTP, ${Object.keys(UNIT_ONLY).length} unit only, ${ERROR_CODES.length} in all`);
 });
