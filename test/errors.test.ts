@@ -6,7 +6,7 @@
 // them; UNIT_ONLY says why each cannot be reached from a client. A code added to the table without a
 // case in one of the two lists fails the last test.
 import { request as httpRequest } from 'node:http';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer } from 'node:http';
@@ -99,6 +99,17 @@ t.test('the table: every code has an HTTP status and a JSON-RPC code from RPC; n
   const error = new GatewayError('TB_ERR_UNAUTHENTICATED', 'no token', { cause: new Error('secret detail'), headers: { 'www-authenticate': 'Bearer' } });
   t.same([error.status, error.rpcCode, error.headers], [401, -32001, { 'www-authenticate': 'Bearer' }]);
   t.same(JSON.parse(JSON.stringify(error)), { code: 'TB_ERR_UNAUTHENTICATED', message: 'no token' }, 'serialised without its cause');
+});
+
+t.test('no JSON-RPC number is spelled outside errors.ts (comments aside)', async (t) => {
+  const src = new URL('../src/', import.meta.url);
+  const offenders: string[] = [];
+  for (const file of readdirSync(src, { recursive: true }) as string[]) {
+    if (!file.endsWith('.ts') || file === 'errors.ts') continue;
+    const code = readFileSync(new URL(file, src), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/\/\/.*$/gm, '');
+    if (/-32\d{3}\b/.test(code)) offenders.push(file);
+  }
+  t.same(offenders, [], 'every module takes its numbers from RPC');
 });
 
 t.test('the MCP endpoint: guards, parse, classify, limits, methods, upstream failures', async (t) => {
