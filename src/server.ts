@@ -6,6 +6,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { GatewayConfig } from './config/schema.js';
 import { ToolCatalog } from './proxy/tool-catalog.js';
 import { pricingFromConfig } from './mcp/tools-list.js';
+import { visibilityFromConfig } from './mcp/visibility.js';
 import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
 import type { Tracing } from './observability/tracing.js';
@@ -117,7 +118,8 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
     upstreamHeaders: config.upstream.headers,
     guards: { publicUrl: config.server.publicUrl, allowedOrigins: config.server.allowedOrigins, allowedHosts: config.server.allowedHosts },
     pricing,
-    anyPriced: Object.keys(config.tools).length > 0,
+    visibility: visibilityFromConfig(config),
+    anyPriced: Object.values(config.tools).some((tool) => tool.sku !== undefined && !tool.hidden),
     paywall,
     catalog: new ToolCatalog(deps.upstream, { upstreamHeaders: config.upstream.headers, now }),
     authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,

@@ -228,11 +228,23 @@ const skuSchema = z
     }
   });
 
-const toolPriceSchema = z.strictObject({
-  sku: z.string(),
-  cost: positiveInt,
-  charge: z.enum(['success', 'attempt']).default('success'),
-});
+// A tool entry prices a tool (sku + cost), hides it (hidden: true; SPEC §18), or both. A hidden tool
+// is out of every tools/list and not callable (the gateway answers as for an unknown tool); a hidden
+// priced tool keeps its price for the day it is shown again, and until then nobody can pay for it.
+const toolPriceSchema = z
+  .strictObject({
+    sku: z.string().optional(),
+    cost: positiveInt.optional(),
+    charge: z.enum(['success', 'attempt']).default('success'),
+    hidden: z.boolean().default(false),
+  })
+  .superRefine((tool, ctx) => {
+    if (tool.sku !== undefined && tool.cost === undefined) ctx.addIssue({ code: 'custom', path: ['cost'], message: 'a cost (a positive integer) because the tool names an sku', input: tool.cost });
+    if (tool.cost !== undefined && tool.sku === undefined) ctx.addIssue({ code: 'custom', path: ['sku'], message: 'the name of an SKU under skus because the tool has a cost', input: tool.sku });
+    if (tool.sku === undefined && tool.cost === undefined && !tool.hidden) {
+      ctx.addIssue({ code: 'custom', path: ['sku'], message: 'an sku and a cost (a priced tool), or hidden: true (a free tool removed from tools/list)', input: tool.sku });
+    }
+  });
 
 const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst: positiveInt });
 
@@ -257,6 +269,8 @@ const authSchema = z
     authorizationServers: z.array(z.string()).default([]),
     requiredScopes: scopeList.default([]),
     toolScopes: z.record(z.string(), scopeList).default({}),
+    // SPEC §18 (oauth mode): tools/list shows a caller only the tools whose toolScopes its token holds.
+    hideUnauthorisedTools: z.boolean().default(true),
   })
   .superRefine((value, ctx) => {
     if (value.mode !== 'oauth') return;
@@ -297,7 +311,7 @@ export const configSchema = z
   })
   .superRefine((config, ctx) => {
     for (const [tool, price] of Object.entries(config.tools)) {
-      if (!Object.hasOwn(config.skus, price.sku)) {
+      if (price.sku !== undefined && !Object.hasOwn(config.skus, price.sku)) {
         ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
     }
