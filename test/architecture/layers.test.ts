@@ -12,7 +12,7 @@ import ts from 'typescript';
 /**
  * A layer is a top-level folder or file of src/ (`errors` is src/errors.ts). Lower ranks are lower:
  * a layer imports only from layers of a lower rank, or from peers of its own rank (no ring).
- * `island`: a program of its own that neither imports nor is imported by the gateway's layers.
+ * `island`: a program of its own: it imports only the leaves (rank 0) and nothing imports it.
  */
 export const LAYERS: Readonly<Record<string, number | 'island'>> = {
   // 0: leaves: the error table, exact money arithmetic and the asset table, small I/O utilities, the clock
@@ -47,8 +47,16 @@ export const LAYERS: Readonly<Record<string, number | 'island'>> = {
   start: 9,
   // 10: the command line
   cli: 10,
-  // the reference upstream (SPEC §13): its own program
+  // the reference upstream (SPEC §13): its own program (it spells JSON-RPC numbers from errors.ts)
   research: 'island',
+};
+
+/**
+ * Folders that are one layer with another: server.ts grows into src/gateway/, so the two may import
+ * each other (their files still may not form a ring).
+ */
+export const SAME_LAYER: Readonly<Record<string, string>> = {
+  gateway: 'server',
 };
 
 export interface Problem {
@@ -86,6 +94,12 @@ export function layerOf(relative: string): string {
   return rest.length === 0 ? first.replace(/\.ts$/, '') : first;
 }
 
+/** The layer a folder counts as for rings (SAME_LAYER). */
+const ringLayerOf = (relative: string): string => {
+  const layer = layerOf(relative);
+  return SAME_LAYER[layer] ?? layer;
+};
+
 /** Checks a tree given as src-relative paths (with `/`) → source text. */
 export function checkLayers(files: ReadonlyMap<string, string>, layers: Readonly<Record<string, number | 'island'>> = LAYERS): Problem[] {
   const problems: Problem[] = [];
@@ -113,12 +127,12 @@ export function checkLayers(files: ReadonlyMap<string, string>, layers: Readonly
       const [a, b] = [layerOf(from), layerOf(to)];
       if (a === b || !Object.hasOwn(layers, a) || !Object.hasOwn(layers, b)) continue;
       const [rankA, rankB] = [layers[a], layers[b]];
-      if (rankA === 'island' || rankB === 'island') problems.push({ kind: 'island', text: `${where}: ${a} → ${b}, but ${rankA === 'island' ? a : b} is a program of its own` });
+      if (rankB === 'island' || (rankA === 'island' && rankB !== 0)) problems.push({ kind: 'island', text: `${where}: ${a} → ${b}, but ${rankB === 'island' ? b : a} is a program of its own (it may import only rank 0)` });
       else if (rankB > rankA) problems.push({ kind: 'upward', text: `${where}: ${a} (rank ${rankA}) imports ${to} of ${b} (rank ${rankB}): imports go down` });
     }
   }
   for (const ring of rings(edges.map(({ from, to }) => [from, to]))) problems.push({ kind: 'file-cycle', text: `files import each other: ${ring.join(' → ')}` });
-  const layerEdges = edges.map(({ from, to }) => [layerOf(from), layerOf(to)] as [string, string]).filter(([a, b]) => a !== b);
+  const layerEdges = edges.map(({ from, to }) => [ringLayerOf(from), ringLayerOf(to)] as [string, string]).filter(([a, b]) => a !== b);
   for (const ring of rings(layerEdges)) problems.push({ kind: 'layer-cycle', text: `layers import each other: ${ring.join(' ↔ ')}` });
   return problems;
 }
@@ -229,4 +243,12 @@ t.test('the checker fails an upward import, a ring, an unranked layer and a comp
   t.ok(texts.includes('files import each other: proxy/x.ts → proxy/y.ts'), 'the file ring is named');
   t.ok(texts.includes('layers import each other: mcp ↔ store'), 'the layer ring is named');
   t.same(checkLayers(new Map([['store/b.ts', "import { e } from '../errors.js';\n"], ['errors.ts', 'export const e = 1;\n']])), [], 'a downward import passes');
+  t.same(checkLayers(new Map([['research/r.ts', "import { e } from '../errors.js';\n"], ['errors.ts', 'export const e = 1;\n']])), [], 'an island may import a leaf');
+  const grown = new Map([
+    ['server.ts', "import { a } from './gateway/a.js';\nexport const s = 1;\n"],
+    ['gateway/a.ts', 'export const a = 1;\n'],
+    ['gateway/b.ts', "import { s } from '../server.js';\n"],
+  ]);
+  t.same(checkLayers(grown), [], 'server.ts and src/gateway/ are one layer');
+  t.same(checkLayers(new Map([...grown, ['gateway/a.ts', "import { s } from '../server.js';\nexport const a = 1;\n"]])).map((problem) => problem.kind), ['file-cycle'], 'but their files still may not form a ring');
 });
