@@ -33,7 +33,8 @@ export interface Authenticator {
   >;
 }
 
-export interface McpPolicyDeps {
+/** What the policy gets from the endpoint's deps as it is (mcp-endpoint.ts). */
+export interface PolicyInputs {
   pricing: ToolPricing;
   /** Hidden tools and what each caller may see in tools/list (SPEC §18). */
   visibility: ToolVisibility;
@@ -41,9 +42,12 @@ export interface McpPolicyDeps {
   paywall: Paywall;
   catalog: ToolCatalog;
   authenticator: Authenticator | null;
-  registry: PricedRequests;
   /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
   sessions: SessionBindings | null;
+}
+
+export interface McpPolicyDeps extends PolicyInputs {
+  registry: PricedRequests;
   priced: PricedCallDeps;
   logger: Logger;
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
