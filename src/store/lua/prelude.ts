@@ -49,7 +49,7 @@ end
 
 -- A charge record is kept until its link expired (or it was marked expired, if later) plus the
 -- retention window; an opening charge (its opener never got a link) only until the link would have
--- expired. Mirrors chargeRecordEnd in store.ts.
+-- expired. Mirrors chargeRecordEnd in policy.ts.
 local function charge_end(c)
   if c.status == 'opening' then return c.expiresAt end
   local from = c.expiresAt
