@@ -43,6 +43,8 @@ export interface PaywallDeps {
   now: () => number;
   /** The x402 rail's side of each step (SPEC §19); absent when payments.x402 is off. */
   x402?: X402Calls | null;
+  /** The endpoint this paywall guards (SPEC §18): `default`, or its `servers` key. Labels metrics and the call log line. */
+  server?: string;
 }
 
 /** One priced call as the paywall sees it. */
@@ -471,10 +473,11 @@ export class Paywall {
   /** The one log line (and counter) of a priced call (SPEC §10), wherever it is concluded. */
   #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; x402?: JsonObject }): void {
     const { metrics, logger, now } = this.#deps;
-    metrics.paidCalls.inc({ tool: line.tool, sku: line.sku, outcome: line.outcome });
+    const server = this.#deps.server ?? 'default';
+    metrics.paidCalls.inc({ server, tool: line.tool, sku: line.sku, outcome: line.outcome });
     recordPaidCall(line.tool, line.sku, line.outcome, line.cost);
     // An x402-paid call adds payer (shortened), network, amount (atomic units) and settled: never the payment or its signature.
-    logger.info({ evt: 'call', reqId: line.reqId, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}), ...line.x402 });
+    logger.info({ evt: 'call', reqId: line.reqId, server, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}), ...line.x402 });
   }
 }
 
