@@ -193,7 +193,7 @@ export class Paywall {
     // The same policy decides for an x402-paid call whether its payment is settled (§19).
     if (held.kind === 'x402') return this.#concludeX402(priced, held, outcome, keep, registration);
 
-    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: priced.call.name, reqId: priced.reqId });
+    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: this.#recordedTool(priced.call.name), reqId: priced.reqId });
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
     const logOutcome: PaidOutcome = outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
     if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent);
@@ -402,7 +402,7 @@ export class Paywall {
       handleHash,
       sku: price.sku,
       nonce: mintNonce(),
-      snapshot: { label: price.label, amount: price.amount, currency: price.currency, credits: price.credits, tool: priced.call.name },
+      snapshot: { label: price.label, amount: price.amount, currency: price.currency, credits: price.credits, tool: this.#recordedTool(priced.call.name) },
       now: now(),
       ttlMs: settings.chargeTtlMs,
       firstPollDelayMs: 3_000,
@@ -464,6 +464,12 @@ export class Paywall {
   /** A registry write that must not delay the answer; a failure only weakens what a later resumed stream can prove (it then drops). */
   #background(op: string, work: Promise<unknown>): void {
     work.catch((error: unknown) => this.#countStoreFailure(undefined, error, op));
+  }
+
+  /** The tool as charges and ledger entries record it (admin output): `<server>/<tool>` outside the default endpoint (SPEC §18). */
+  #recordedTool(name: string): string {
+    const server = this.#deps.server ?? 'default';
+    return server === 'default' ? name : `${server}/${name}`;
   }
 
   #logCall(priced: PricedCall, outcome: PaidOutcome, facts: CallFacts, cost: number): void {

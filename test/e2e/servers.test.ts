@@ -126,6 +126,14 @@ t.test('auth none: each endpoint lists and calls only its own upstream; one hand
   const callLines = gateway.logs().filter((line) => line.evt === 'call' && line.outcome === 'authorised');
   t.same(callLines.map((line) => line.server).sort(), ['default', 'files']);
 
+  // Admin output names the endpoint: the ledger's spend entries (handle show) and charges (charges list) record `<server>/<tool>` outside the default.
+  const { hashHandle } = await import('../../src/paywall/handles.js');
+  const spends = (await gateway.store.ledgerTail(hashHandle(handle, gateway.config.handles.hashSecret), 10)).filter((entry) => entry.kind === 'spend');
+  t.same(spends.map((entry) => entry.tool), ['echo', 'files/echo']);
+  const filesHandle = await pay(await post(files, callTool('echo', { text: 'fund-at-files' }), asFiles));
+  t.ok(filesHandle.startsWith('tb_s_'));
+  t.ok((await gateway.store.listCharges()).some((charge) => charge.tool === 'files/echo'), 'a charge opened at files names it');
+
   // readyz probes every endpoint's upstream.
   const ready = (await (await fetch(`${gateway.origin}/readyz`)).json()) as Json;
   t.equal(ready.ok, true);
