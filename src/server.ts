@@ -10,7 +10,7 @@ import type { Tracing } from './observability/tracing.js';
 import { registerRequestIdEcho, requestIdOf } from './observability/request-id.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
-import { registerDevCheckout } from './payments/dev-checkout.js';
+import { registerDevCheckout } from './http/dev-checkout.js';
 import type { X402Rail } from './payments/x402/rail.js';
 import type { UpstreamTarget } from './proxy/upstream-target.js';
 import type { Store } from './store/store.js';

@@ -1,10 +1,7 @@
-// Which OAuth scopes a request needs (SPEC §9, §20), and what a scope may be. One place for both:
-// the config schema validates scope strings against `SCOPE_TOKEN`, the resource server asks
-// `scopeRequirements(auth).needed(tools)` for every request, single or batch.
+// Which OAuth scopes a request needs (SPEC §9, §20): the resource server asks
+// `scopeRequirements(auth).needed(tools)` for every request, single or batch. What a scope may be
+// (`SCOPE_TOKEN`) is the config schema's, which validates every scope string against it.
 import type { GatewayConfig } from '../config/schema.js';
-
-// RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ) — printable ASCII without space, `"` or `\`.
-export const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
 
 export interface ScopeRequirements {
   /**

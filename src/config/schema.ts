@@ -5,9 +5,11 @@
 // "<file>:<line>:<col> <path>: expected <message>, found <what the YAML holds>". A refinement that
 // cannot be judged from the one node at its path passes `params.found` to say what was found.
 import { z } from 'zod';
-import { SCOPE_TOKEN } from '../auth/scopes.js';
 import { compareDecimal, isDecimalString } from '../money/decimal.js';
 import { knownAsset } from '../money/assets.js';
+
+// RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ) — printable ASCII without space, `"` or `\`.
+export const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };

@@ -11,7 +11,7 @@ import type { ServerResponse } from 'node:http';
 import httpProxy from '@fastify/http-proxy';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors.js';
-import { DeadlineQueue } from './deadlines.js';
+import { DeadlineQueue } from '../proxy/deadlines.js';
 import { createRequestGuard, type GuardSettings } from './guards.js';
 import { applyMcpPolicy, type Authenticator } from './mcp-policy.js';
 import { errorResponse, idOf } from '../mcp/jsonrpc.js';

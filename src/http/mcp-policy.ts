@@ -15,8 +15,9 @@ import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argumen
 import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
 import type { Logger } from '../observability/logger.js';
 import { withoutPayments } from '../payments/x402/payload.js';
-import type { HeldCall, Paywall, PricedCall } from '../paywall/decide.js';
-import type { ResultShape } from '../paywall/challenge.js';
+import type { Paywall } from '../paywall/decide.js';
+import type { HeldCall, PricedCall } from '../paywall/outcome.js';
+import type { ResultShape } from '../mcp/challenge.js';
 import { BatchExchange, type HeldEntry } from '../proxy/batch-call.js';
 import type { McpCall } from '../proxy/call-state.js';
 import { isJson, isPlainJson } from '../proxy/headers.js';

@@ -28,11 +28,9 @@ import {
   ATTR_SERVICE_VERSION,
 } from '@opentelemetry/semantic-conventions';
 import type { TracingConfig } from '../config/schema.js';
-import type { PaymentProvider } from '../payments/provider.js';
-import type { Store } from '../store/store.js';
 import type { Logger } from './logger.js';
 import type { PaidOutcome } from './metrics.js';
-import type { DescribedBody, DispatchCallback, ForwardedRequest, RequestTrace, Tracing } from './tracing.js';
+import type { DescribedBody, DispatchCallback, ForwardedRequest, RequestTrace, TraceableProvider, Tracing } from './tracing.js';
 
 /** Spans waiting for export; beyond this they are dropped (counted by the SDK), never held against a request. */
 const MAX_QUEUED_SPANS = 4096;
@@ -115,7 +113,7 @@ class SdkTracing implements Tracing {
     return this.#tracer.startSpan(name, { kind, attributes }, parent);
   }
 
-  traceStore(store: Store): Store {
+  traceStore<S extends object>(store: S): S {
     const traced = Object.create(store) as Record<string, unknown>;
     for (const op of methodNames(store)) {
       const method = (store as unknown as Record<string, (...args: unknown[]) => unknown>)[op] as (...args: unknown[]) => unknown;
@@ -126,10 +124,10 @@ class SdkTracing implements Tracing {
         return request.around(`store ${op}`, SpanKind.INTERNAL, attributes, () => method.apply(store, args));
       };
     }
-    return traced as unknown as Store;
+    return traced as unknown as S;
   }
 
-  traceProvider(provider: PaymentProvider): PaymentProvider {
+  traceProvider<P extends TraceableProvider>(provider: P): P {
     const around = <A extends unknown[], R>(op: string, method: (...args: A) => Promise<R>) => {
       const attributes = { 'tollbooth.provider': provider.name, 'tollbooth.provider.op': op };
       return (...args: A): Promise<R> => {
@@ -143,7 +141,7 @@ class SdkTracing implements Tracing {
       openCharge: around('openCharge', provider.openCharge),
       readCharge: around('readCharge', provider.readCharge),
       ...(provider.close ? { close: () => (provider.close as () => Promise<void>).call(provider) } : {}),
-    };
+    } as unknown as P; // the provider's interface is exactly these members
   }
 
   async shutdown(): Promise<void> {

@@ -14,8 +14,6 @@
 // session id or principal: attributes are set in tracing-sdk.ts only, from the values listed there.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { TracingConfig } from '../config/schema.js';
-import type { PaymentProvider } from '../payments/provider.js';
-import type { Store } from '../store/store.js';
 import type { Logger } from './logger.js';
 import type { PaidOutcome } from './metrics.js';
 
@@ -48,13 +46,21 @@ export interface RequestTrace {
   until(work: Promise<unknown>): void;
 }
 
+/** What traceProvider wraps: payments/provider.ts's PaymentProvider, as observability sees it (it sits below payments). */
+export interface TraceableProvider {
+  readonly name: string;
+  openCharge(...args: never[]): Promise<unknown>;
+  readCharge(...args: never[]): Promise<unknown>;
+  close?(): Promise<void>;
+}
+
 export interface Tracing {
   /** The SERVER span of a request on `route`; it ends when `response` closes (and what `until` was given has settled). */
   startRequest(httpMethod: string, route: string, headers: IncomingHttpHeaders, response: ServerResponse): RequestTrace;
   /** The store with a child span around each operation made on a request's behalf (none elsewhere: reconciler, admin). */
-  traceStore(store: Store): Store;
+  traceStore<S extends object>(store: S): S;
   /** The provider with a CLIENT span around openCharge and readCharge made on a request's behalf. */
-  traceProvider(provider: PaymentProvider): PaymentProvider;
+  traceProvider<P extends TraceableProvider>(provider: P): P;
   /** Exports what is queued and stops; bounded, never throws (the collector may be down). */
   shutdown(): Promise<void>;
 }

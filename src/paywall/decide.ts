@@ -3,10 +3,8 @@
 // once the upstream has answered. server.ts's priced-call handler reads them top to bottom.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GatewayError } from '../errors.js';
-import type { ToolCall } from '../mcp/classify.js';
 import type { JsonObject, JsonRpcResponse } from '../mcp/jsonrpc.js';
 import { isObject } from '../mcp/jsonrpc.js';
-import type { PriceTag } from '../mcp/tools-list.js';
 import { fingerprint } from '../observability/fingerprint.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
@@ -14,11 +12,11 @@ import { recordPaidCall } from '../observability/tracing.js';
 import type { PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
-import type { X402Claim } from '../payments/x402/rail.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
-import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason, type ResultShape } from './challenge.js';
+import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason } from '../mcp/challenge.js';
 import { challengeThrottleKey } from './client-key.js';
 import { hashHandle, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
+import type { Authorisation, CallFacts, CallOutcome, Conclusion, HeldCall, PricedCall } from './outcome.js';
 import { resumedX402Result, type X402Calls, type X402Held } from './x402-calls.js';
 
 export interface PaywallSettings {
@@ -45,62 +43,6 @@ export interface PaywallDeps {
   x402?: X402Calls | null;
   /** The endpoint this paywall guards (SPEC §18): `default`, or its `servers` key. Labels metrics and the call log line. */
   server?: string;
-}
-
-/** One priced call as the paywall sees it. */
-export interface PricedCall {
-  call: ToolCall;
-  price: PriceTag;
-  principal: string | null;
-  /** Principal if any, else the client address: the key of the challenge throttle. */
-  clientKey: string;
-  /**
-   * How the gateway's own results look for this call. Asked only when the gateway answers itself
-   * (it may list the upstream's tools to learn whether this tool declares an outputSchema), so an
-   * authorised call never waits for it. Never rejects.
-   */
-  resultShape: () => Promise<ResultShape>;
-  startedAt: number;
-  /** The HTTP request's id, carried on this call's log lines. */
-  reqId?: string;
-}
-
-/** The facts of the one log line every priced call gets (SPEC §10). */
-export interface CallFacts {
-  /** Which rail the call went by: x402 when it carried a payment the x402 rail took (SPEC §19). */
-  rail: 'credits' | 'x402';
-  tokenPresented: boolean;
-  tokenFingerprint: string | null;
-  tokenRecognised: boolean;
-}
-
-export type Authorisation =
-  | { kind: 'answer'; result: JsonObject; outcome: PaidOutcome; facts: CallFacts }
-  | { kind: 'reserved'; handleHash: string; reservationId: string; forwardParams: JsonObject; facts: CallFacts }
-  /** Paid by the x402 payment it carried (verified, its nonce claimed): no handle, no credits. */
-  | { kind: 'x402'; claim: X402Claim; forwardParams: JsonObject; facts: CallFacts };
-
-/** A call that was forwarded: it holds a reservation, or an x402 claim. */
-export type HeldCall = Exclude<Authorisation, { kind: 'answer' }>;
-
-/**
- * What happened upstream to a forwarded priced call (proxy/priced-call.ts reads it off the proxy's
- * response hook). `accepted`: the upstream answered HTTP 2xx (charge: attempt keeps the credit then).
- */
-export type CallOutcome =
-  /** HTTP 2xx and the one response that answers this call exactly. */
-  | { kind: 'answered'; message: JsonRpcResponse }
-  /** An upstream 4xx: relayed to the client unchanged. The tool never ran. */
-  | { kind: 'http_refusal'; status: number }
-  /** 5xx, unreachable, reset, unreadable, unmatched, too large, or the reply ended without the result. */
-  | { kind: 'failed'; accepted: boolean }
-  /** upstream.callDeadline passed. */
-  | { kind: 'deadline'; accepted: boolean };
-
-/** How a priced call ended: the message to send (null: the upstream's 4xx went as it came) and where its credit went ('unknown': the store failed). */
-export interface Conclusion {
-  state: 'committed' | 'released' | 'unknown';
-  message: JsonRpcResponse | null;
 }
 
 interface Settled {

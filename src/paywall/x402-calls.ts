@@ -18,9 +18,9 @@ import { PAYMENT_RESPONSE_META_KEY } from '../payments/x402/challenge.js';
 import type { NotSettledReason, X402Conclusion, X402Rail } from '../payments/x402/rail.js';
 import type { X402Call } from '../payments/x402/requirements.js';
 import type { PricedRequestKey, PricedRequestRecord, Store } from '../store/store.js';
-import { refusalResult, type ResultShape } from './challenge.js';
+import { refusalResult, type ResultShape } from '../mcp/challenge.js';
 import { challengeThrottleKey } from './client-key.js';
-import type { Authorisation, CallFacts, CallOutcome, Conclusion, PricedCall } from './decide.js';
+import type { Authorisation, CallFacts, CallOutcome, Conclusion, PricedCall } from './outcome.js';
 
 export interface X402CallSettings {
   /** The public URL of the MCP endpoint (PaymentRequired's resource.url names it and the tool). */

@@ -7,7 +7,7 @@
 import type { FastifyReply } from 'fastify';
 import { errorResponse, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCall } from '../mcp/classify.js';
-import type { CallOutcome, HeldCall, PricedCall } from '../paywall/decide.js';
+import type { CallOutcome, HeldCall, PricedCall } from '../paywall/outcome.js';
 import { sendCancelled } from './cancel.js';
 import type { McpCall, PricedForward, UpstreamHead } from './call-state.js';
 import type { PricedCallDeps, Registration } from './priced-call.js';

@@ -1,6 +1,7 @@
 // What a scope may be (RFC 6749 scope-token) and which scopes a request needs (SPEC §9, §20).
 import t from 'tap';
-import { SCOPE_TOKEN, scopeRequirements } from '../../src/auth/scopes.js';
+import { scopeRequirements } from '../../src/auth/scopes.js';
+import { SCOPE_TOKEN } from '../../src/config/schema.js';
 
 t.test('a scope-token is printable ASCII without space, double quote or backslash', async (t) => {
   for (const scope of ['mcp:use', 'https://api.example.test/read', "!#$%&'()*+,-./:;<=>?@[]^_`{|}~", 'a']) t.match(scope, SCOPE_TOKEN, scope);

@@ -16,7 +16,7 @@ import type { JsonObject } from '../../mcp/jsonrpc.js';
 import type { PriceTag } from '../../mcp/tools-list.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Metrics, X402PaymentResult } from '../../observability/metrics.js';
-import { refusalResult } from '../../paywall/challenge.js';
+import { refusalResult } from '../../mcp/challenge.js';
 import type { PaymentNonceKey, Store } from '../../store/store.js';
 import { PAYMENT_RESPONSE_META_KEY, withPaymentRequired } from './challenge.js';
 import { FacilitatorClient, FacilitatorError } from './facilitator.js';

@@ -4,7 +4,7 @@
 // payload signed against one replica's challenge verifies on another.
 import type { PaymentRequired, PaymentRequirements } from '@x402/core/types';
 import type { PriceTag } from '../../mcp/tools-list.js';
-import type { ResultShape } from '../../paywall/challenge.js';
+import type { ResultShape } from '../../mcp/challenge.js';
 import { atomicPrice, formatAtomic } from './price.js';
 
 /** The rail's fixed terms, from `payments.x402` (extra already resolved from the library's asset table). */

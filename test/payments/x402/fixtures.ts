@@ -12,7 +12,7 @@ import type { X402Call, X402Terms } from '../../../src/payments/x402/requirement
 import type { PriceTag } from '../../../src/mcp/tools-list.js';
 import type { JsonObject } from '../../../src/mcp/jsonrpc.js';
 import type { Store } from '../../../src/store/store.js';
-import { challengeResult } from '../../../src/paywall/challenge.js';
+import { challengeResult } from '../../../src/mcp/challenge.js';
 
 export const TERMS: X402Terms = {
   network: 'eip155:84532',

@@ -1,8 +1,8 @@
 // The gateway's own answers to a priced call (SPEC §6.3, §6.4): tool results with isError: true,
 // never JSON-RPC errors, so the handle has somewhere to ride back to the agent.
-import type { Era } from '../mcp/classify.js';
-import type { JsonObject } from '../mcp/jsonrpc.js';
-import type { PriceTag } from '../mcp/tools-list.js';
+import type { Era } from './classify.js';
+import type { JsonObject } from './jsonrpc.js';
+import type { PriceTag } from './tools-list.js';
 
 export const CHALLENGE_META_KEY = 'xyz.tollbooth/challenge';
 export const REFUSAL_META_KEY = 'xyz.tollbooth/refusal';

@@ -9,7 +9,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../store/store.js';
 import { isDecimalString } from '../money/decimal.js';
-import { DEV_CHECKOUT_PREFIX } from './dev.js';
+import { DEV_CHECKOUT_PREFIX } from '../payments/dev.js';
 
 const escapeHtml = (text: string): string =>
   text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);

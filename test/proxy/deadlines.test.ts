@@ -2,7 +2,7 @@
 // order they were added in.
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { DeadlineQueue } from '../../src/http/deadlines.js';
+import { DeadlineQueue } from '../../src/proxy/deadlines.js';
 
 t.test('an entry expires once, after its delay', async (t) => {
   const queue = new DeadlineQueue();

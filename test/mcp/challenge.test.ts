@@ -1,7 +1,7 @@
 // The gateway's own answers to a priced call (SPEC §6.3, §6.4, §5.4): exact challenge text, _meta
 // fields, the structuredContent rule and resultType for the modern era.
 import t from 'tap';
-import { CHALLENGE_META_KEY, challengeResult, challengeText, REFUSAL_META_KEY, refusalResult, type ChallengeInput } from '../../src/paywall/challenge.js';
+import { CHALLENGE_META_KEY, challengeResult, challengeText, REFUSAL_META_KEY, refusalResult, type ChallengeInput } from '../../src/mcp/challenge.js';
 
 const input: ChallengeInput = {
   reason: 'payment_required',
