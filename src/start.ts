@@ -107,6 +107,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   const reload = (): Promise<ReloadResult> => {
     reloading = reloading.then(async () => {
       if (!options.configPath) throw new Error('reload needs the config file the gateway was started from');
+      if (closing) return 'refused';
       const outcome = prepareReload(effective, options.configPath);
       if (outcome.result !== 'success') {
         metrics.configReloads.inc({ result: outcome.result });

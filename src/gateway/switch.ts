@@ -20,6 +20,7 @@ export class GatewaySwitch {
   readonly #draining = new Set<Live>();
   /** Connections that never carried a request (pre-connected sockets): destroyed at shutdown. */
   readonly #unused = new Set<Socket>();
+  #closing = false;
 
   constructor(gateway: Gateway) {
     this.#current = { gateway, inFlight: 0, idle: null };
@@ -65,6 +66,7 @@ export class GatewaySwitch {
 
   /** SIGTERM: stop accepting, finish calls in flight (up to `drainMs`), close every gateway. */
   async close(drainMs: number): Promise<void> {
+    this.#closing = true;
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const socket of this.#unused) socket.destroy();
     this.#unused.clear();
@@ -80,6 +82,11 @@ export class GatewaySwitch {
 
   #route(request: IncomingMessage, response: ServerResponse): void {
     this.#unused.delete(request.socket);
+    if (this.#closing) {
+      // As fastify's return503OnClosing: a request on a kept-alive connection while draining is not served.
+      response.writeHead(503, { 'content-type': 'application/json', connection: 'close' }).end('{"error":"the gateway is shutting down"}');
+      return;
+    }
     const live = this.#current;
     live.inFlight += 1;
     response.once('close', () => {

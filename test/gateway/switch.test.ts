@@ -11,6 +11,7 @@ function gatewayNamed(name: string, events: string[]): Gateway {
   const app = Fastify();
   app.get('/who', async () => ({ name }));
   app.get('/slow', async () => {
+    events.push(`${name} slow started`);
     await sleep(300);
     return { name };
   });
@@ -36,7 +37,7 @@ t.test('a swap sends new requests to the new gateway; one in flight finishes on 
 
   t.same(await (await fetch(`${origin}/who`)).json(), { name: 'first' });
   const inFlight = fetch(`${origin}/slow`).then((response) => response.json());
-  await sleep(50);
+  while (!events.includes('first slow started')) await sleep(10);
   const swapped = front.swap(second, 5_000);
   t.equal(front.current, second, 'the new gateway is current at once');
   t.same(await (await fetch(`${origin}/who`)).json(), { name: 'second' }, 'a request after the swap reaches the new gateway');
@@ -44,7 +45,7 @@ t.test('a swap sends new requests to the new gateway; one in flight finishes on 
   t.notOk(events.includes('first closed'), 'not closed while a request runs');
   t.same(await inFlight, { name: 'first' }, 'the request in flight finished on the gateway it arrived at');
   await swapped;
-  t.same(events, ['first streams ended', 'first closed'], 'drained, then closed');
+  t.same(events, ['first slow started', 'first streams ended', 'first closed'], 'drained, then closed');
   t.same(front.live, [second]);
 });
 
@@ -57,7 +58,7 @@ t.test('a swap with nothing in flight closes the old gateway at once; a stuck re
   await front.swap(b, 5_000);
   t.same(events, ['a streams ended', 'a closed']);
   void fetch(`${origin}/slow`).catch(() => undefined);
-  await sleep(50);
+  while (!events.includes('b slow started')) await sleep(10);
   const started = Date.now();
   await front.swap(c, 100);
   t.ok(Date.now() - started < 290, 'did not wait for the request past the drain limit');
@@ -65,4 +66,26 @@ t.test('a swap with nothing in flight closes the old gateway at once; a stuck re
   await front.close(1_000);
   t.ok(events.includes('c closed'), 'close() closes the current gateway');
   t.equal(front.server.listening, false, 'and stops listening');
+});
+
+t.test('while closing, no new connection is accepted and the call in flight finishes', async (t) => {
+  const events: string[] = [];
+  const gateway = gatewayNamed('only', events);
+  await gateway.app.ready();
+  const front = new GatewaySwitch(gateway);
+  const origin = await listen(front);
+  const { Agent, request } = await import('undici');
+  const agent = new Agent({ connections: 1, pipelining: 1 });
+  t.teardown(() => agent.close());
+  const slow = request(`${origin}/slow`, { dispatcher: agent }).then(async (response) => ({ status: response.statusCode, body: await response.body.json() }));
+  while (!events.includes('only slow started')) await sleep(10); // a connection that has not sent its request yet is not a call
+  const closing = front.close(2_000);
+  const late = await request(`${origin}/who`, { dispatcher: new Agent() }).then(
+    (response) => response.statusCode,
+    () => 'refused',
+  );
+  t.equal(late, 'refused', 'no new connection is accepted');
+  t.same(await slow, { status: 200, body: { name: 'only' } }, 'the call in flight finished');
+  await closing;
+  t.ok(events.includes('only closed'));
 });
