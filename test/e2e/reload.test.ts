@@ -9,6 +9,7 @@ import { Agent, request } from 'undici';
 import type { ConfigInput } from '../../src/config/schema.js';
 import { testConfig } from '../helpers/gateway.js';
 import { scrape, startGatewayProcess, sumCounter, type GatewayProcess } from '../helpers/gateway-process.js';
+import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -54,11 +55,11 @@ let nextId = 1;
 const agent = new Agent({ connections: 16 });
 t.teardown(() => agent.close());
 
-async function post(url: string, message: Json): Promise<{ status: number; body: Json }> {
+async function post(url: string, message: Json, extraHeaders: Record<string, string> = {}): Promise<{ status: number; body: Json; session?: string }> {
   const response = await request(url, {
     method: 'POST',
     dispatcher: agent,
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18', ...extraHeaders },
     body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, ...message }),
   });
   const text = await response.body.text();
@@ -68,7 +69,8 @@ async function post(url: string, message: Json): Promise<{ status: number; body:
   } catch {
     body = { unparsed: text.slice(0, 200) };
   }
-  return { status: response.statusCode, body };
+  const session = response.headers['mcp-session-id'];
+  return { status: response.statusCode, body, ...(typeof session === 'string' ? { session } : {}) };
 }
 const call = (url: string, name: string, args: Json) => post(url, { method: 'tools/call', params: { name, arguments: args } });
 const receiptOf = (reply: { body: Json }): Json | undefined => reply.body.result?._meta?.['xyz.tollbooth/receipt'];
@@ -196,4 +198,34 @@ t.test('a server added, then removed', async (t) => {
   t.equal((await post(extra, { method: 'tools/list', params: {} })).status, 404, '/extra is gone');
   t.equal((await post(gateway.url, { method: 'tools/list', params: {} })).status, 200, 'the default endpoint is untouched');
   t.equal(sumCounter(await scrape(gateway.origin), 'tollbooth_config_reloads_total', { result: 'success' }), 2);
+});
+
+t.test('an unchanged stdio upstream keeps its child and sessions across a reload; a changed one is a new bridge', async (t) => {
+  const filesConfig = (cost: number, maxChildren = 4): ConfigInput =>
+    ({ ...baseConfig(), servers: { files: { path: '/files', upstream: { command: STDIO_FIXTURE_COMMAND, stdio: { sessions: 'perClient', maxChildren } }, tools: { echo: { sku: 'research', cost } } } } }) as ConfigInput;
+  const gateway = await startGatewayProcess(t, filesConfig(1));
+  const files = `${gateway.origin}/files`;
+  const init = await post(files, { method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'reload', version: '1' } } });
+  const session = init.session as string;
+  t.ok(session, 'a session at /files');
+  const inSession = { 'mcp-session-id': session };
+  await post(files, { method: 'notifications/initialized' }, inSession);
+  const pidOf = async (): Promise<{ status: number; pid?: number }> => {
+    const reply = await post(files, { method: 'tools/call', params: { name: 'stats', arguments: {} } }, inSession);
+    const text = reply.body.result?.content?.[0]?.text as string | undefined;
+    return { status: reply.status, ...(text ? { pid: (JSON.parse(text) as { pid: number }).pid } : {}) };
+  };
+  const before = await pidOf();
+  t.type(before.pid, 'number');
+
+  rewrite(gateway, filesConfig(2));
+  t.equal((await hangUp(gateway)).result, 'success');
+  const listed = await post(files, { method: 'tools/list', params: {} }, inSession);
+  t.equal(listed.status, 200, 'the session is still good after the reload');
+  t.equal((listed.body.result?.tools as Json[]).find((tool) => tool.name === 'echo')?._meta?.['xyz.tollbooth/price']?.cost, 2, 'with the new price');
+  t.same(await pidOf(), { status: 200, pid: before.pid }, 'the same child serves it');
+
+  rewrite(gateway, filesConfig(2, 8));
+  t.equal((await hangUp(gateway)).result, 'success');
+  t.equal((await pidOf()).status, 404, 'new stdio settings: a new bridge, which never issued the old session');
 });
