@@ -228,11 +228,23 @@ const skuSchema = z
     }
   });
 
-const toolPriceSchema = z.strictObject({
-  sku: z.string(),
-  cost: positiveInt,
-  charge: z.enum(['success', 'attempt']).default('success'),
-});
+// A tool entry prices a tool (sku + cost), hides it (hidden: true; SPEC §18), or both. A hidden tool
+// is out of every tools/list and not callable (the gateway answers as for an unknown tool); a hidden
+// priced tool keeps its price for the day it is shown again, and until then nobody can pay for it.
+const toolPriceSchema = z
+  .strictObject({
+    sku: z.string().optional(),
+    cost: positiveInt.optional(),
+    charge: z.enum(['success', 'attempt']).default('success'),
+    hidden: z.boolean().default(false),
+  })
+  .superRefine((tool, ctx) => {
+    if (tool.sku !== undefined && tool.cost === undefined) ctx.addIssue({ code: 'custom', path: ['cost'], message: 'a cost (a positive integer) because the tool names an sku', input: tool.cost });
+    if (tool.cost !== undefined && tool.sku === undefined) ctx.addIssue({ code: 'custom', path: ['sku'], message: 'the name of an SKU under skus because the tool has a cost', input: tool.sku });
+    if (tool.sku === undefined && tool.cost === undefined && !tool.hidden) {
+      ctx.addIssue({ code: 'custom', path: ['sku'], message: 'an sku and a cost (a priced tool), or hidden: true (a free tool removed from tools/list)', input: tool.sku });
+    }
+  });
 
 /** SPEC §18: one more MCP endpoint in front of its own upstream; SKUs and handles are the top level's. */
 const serverEntrySchema = z.strictObject({
@@ -269,6 +281,8 @@ const authSchema = z
     authorizationServers: z.array(z.string()).default([]),
     requiredScopes: scopeList.default([]),
     toolScopes: z.record(z.string(), scopeList).default({}),
+    // SPEC §18 (oauth mode): tools/list shows a caller only the tools whose toolScopes its token holds.
+    hideUnauthorisedTools: z.boolean().default(true),
   })
   .superRefine((value, ctx) => {
     if (value.mode !== 'oauth') return;
@@ -310,7 +324,7 @@ export const configSchema = z
   })
   .superRefine((config, ctx) => {
     for (const [tool, price] of Object.entries(config.tools)) {
-      if (!Object.hasOwn(config.skus, price.sku)) {
+      if (price.sku !== undefined && !Object.hasOwn(config.skus, price.sku)) {
         ctx.addIssue({ code: 'custom', path: ['tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
     }
@@ -341,7 +355,7 @@ export const configSchema = z
 
 /** SPEC §18: server names, SKUs of their tools, and endpoint paths distinct from each other and from the gateway's own routes. */
 function checkServers(
-  config: { server: { mcpPath: string }; metrics: { path: string }; skus: Record<string, unknown>; servers: Record<string, { path: string; tools: Record<string, { sku: string }> }> },
+  config: { server: { mcpPath: string }; metrics: { path: string }; skus: Record<string, unknown>; servers: Record<string, { path: string; tools: Record<string, { sku?: string | undefined }> }> },
   ctx: z.RefinementCtx,
 ): void {
   const taken = new Map<string, string>([[config.server.mcpPath, 'server.mcpPath'], [config.metrics.path, 'metrics.path']]);
@@ -350,7 +364,7 @@ function checkServers(
       ctx.addIssue({ code: 'custom', path: ['servers', name], message: 'a server name of letters, digits, "-" and "_" starting with a letter, other than "default" (it labels metrics and logs)', input: name, params: { found: JSON.stringify(name) } });
     }
     for (const [tool, price] of Object.entries(entry.tools)) {
-      if (!Object.hasOwn(config.skus, price.sku)) {
+      if (price.sku !== undefined && !Object.hasOwn(config.skus, price.sku)) {
         ctx.addIssue({ code: 'custom', path: ['servers', name, 'tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
       }
     }

@@ -11,6 +11,7 @@ import { prmPaths, PRM_WELL_KNOWN, protectedResourceMetadata } from '../auth/met
 import { registerMcpEndpoint } from '../http/mcp-endpoint.js';
 import type { Authenticator } from '../http/mcp-policy.js';
 import { pricingFromConfig } from '../mcp/tools-list.js';
+import { visibilityFromConfig } from '../mcp/visibility.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
@@ -81,7 +82,9 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     upstreamHeaders: endpoint.upstream.headers,
     guards: { publicUrl: config.server.publicUrl, allowedOrigins: config.server.allowedOrigins, allowedHosts: config.server.allowedHosts },
     pricing,
-    anyPriced: Object.keys(endpoint.tools).length > 0,
+    // The endpoint's own hidden tools and toolScopes decide what its callers see (visibility is per endpoint).
+    visibility: visibilityFromConfig({ tools: endpoint.tools, auth: { mode: config.auth.mode, toolScopes: endpoint.toolScopes, hideUnauthorisedTools: config.auth.hideUnauthorisedTools } }),
+    anyPriced: Object.values(endpoint.tools).some((tool) => tool.sku !== undefined && !tool.hidden),
     paywall,
     catalog: new ToolCatalog(deps.target, { upstreamHeaders: endpoint.upstream.headers, now }),
     authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,

@@ -17,6 +17,7 @@ import { applyMcpPolicy, type Authenticator } from './mcp-policy.js';
 import { errorResponse, idOf } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
 import type { ToolPricing } from '../mcp/tools-list.js';
+import type { ToolVisibility } from '../mcp/visibility.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
@@ -50,6 +51,8 @@ export interface McpEndpointDeps {
   upstreamHeaders: Record<string, string>;
   guards: GuardSettings;
   pricing: ToolPricing;
+  /** Hidden tools and what each caller may see in tools/list (SPEC §18). */
+  visibility: ToolVisibility;
   anyPriced: boolean;
   paywall: Paywall;
   catalog: ToolCatalog;
@@ -90,6 +93,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
   const freeDeps = { pricing: deps.pricing, screen: deps.anyPriced ? screen : null, recorder, maxResponseBytes: deps.maxResponseBytes };
   const policyDeps = {
     pricing: deps.pricing,
+    visibility: deps.visibility,
     anyPriced: deps.anyPriced,
     paywall: deps.paywall,
     catalog: deps.catalog,

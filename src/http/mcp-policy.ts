@@ -12,7 +12,8 @@ import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../m
 import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
-import type { PriceTag, ToolPricing } from '../mcp/tools-list.js';
+import { rewriteToolsListMessages, type PriceTag, type ToolPricing } from '../mcp/tools-list.js';
+import { unknownToolMessage, type ToolVisibility } from '../mcp/visibility.js';
 import type { Logger } from '../observability/logger.js';
 import { withoutPayments } from '../payments/x402/payload.js';
 import type { Paywall } from '../paywall/decide.js';
@@ -27,12 +28,14 @@ import { parseJsonOrUndefined } from '../proxy/reply-reader.js';
 
 export interface Authenticator {
   authenticate(authorization: string | undefined, needs: { tools: string[] }): Promise<
-    { ok: true; principal: string } | { ok: false; status: 401 | 403; wwwAuthenticate: string; message: string }
+    { ok: true; principal: string; scopes: ReadonlySet<string> } | { ok: false; status: 401 | 403; wwwAuthenticate: string; message: string }
   >;
 }
 
 export interface McpPolicyDeps {
   pricing: ToolPricing;
+  /** Hidden tools and what each caller may see in tools/list (SPEC §18). */
+  visibility: ToolVisibility;
   anyPriced: boolean;
   paywall: Paywall;
   catalog: ToolCatalog;
@@ -67,22 +70,26 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   call.era = classified.era;
   call.requestId = classified.batch ? null : idOf(classified.messages[0]);
   call.trace?.describe(classified);
-  // 3. Authenticate (SPEC §9) when oauth is on.
-  const principal = await authenticate(deps, request, reply, classified.toolCalls.map((c) => c.name));
+  // 3. Authenticate (SPEC §9) when oauth is on. A hidden tool needs no scope: it does not exist (§18).
+  const hidden = classified.toolCalls.filter((toolCall) => deps.visibility.isHidden(toolCall.name));
+  const shown = hidden.length === 0 ? classified.toolCalls : classified.toolCalls.filter((toolCall) => !hidden.includes(toolCall));
+  const principal = await authenticate(deps, request, reply, shown.map((c) => c.name));
   if (principal === undefined) return;
   await requireSessionOwner(deps, request, principal);
   // 4. A request in a legacy session may not reuse the id of a paid call this replica forwarded in it:
   // the upstream would route that call's result to it (SPEC §6.5).
   const sessionId = classified.era === 'legacy' ? sessionOf(request) : undefined;
   if (sessionId !== undefined) refuseReusedIds(deps.registry, sessionId, classified.messages);
-  // 5. Route by what the body holds.
+  // 5. Route by what the body holds. A call to a hidden tool is answered as for an unknown tool (§18).
+  const hiddenCall = hidden[0];
+  if (hiddenCall !== undefined && !classified.batch) return sendJson(reply, 200, errorResponse(hiddenCall.request.id ?? null, -32602, unknownToolMessage(hiddenCall.name)));
   const priced = classified.toolCalls.filter((toolCall) => deps.pricing.priceOf(toolCall.name) !== undefined);
-  if (priced.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
+  if (priced.length === 0 && hidden.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
   if (!classified.batch) return authorisePricedCall(deps, call, request, reply, classified.era, priced[0] as ToolCall, principal, sessionId);
   return authoriseBatch(deps, call, request, reply, classified, principal, sessionId);
 }
 
-/** GET (a stream) and DELETE: authentication only; a GET stream is read event by event when any tool is priced. */
+/** GET (a stream) and DELETE: authentication only; a GET stream is read event by event (tools/list results shown as the caller may see them). */
 async function allowStream(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply): Promise<void> {
   call.method = request.method;
   const principal = await authenticate(deps, request, reply, []);
@@ -132,19 +139,24 @@ async function authorisePricedCall(deps: McpPolicyDeps, call: McpCall, request: 
 }
 
 /**
- * SPEC §5.6: a legacy batch holding priced calls is split. Entries the gateway answers itself are
- * answered here; the rest (free entries and authorised priced ones, token stripped) go upstream as one
- * batch; BatchExchange merges the replies in the original order.
+ * SPEC §5.6: a legacy batch holding priced calls (or calls to hidden tools, §18) is split. Entries the
+ * gateway answers itself are answered here; the rest (free entries and authorised priced ones, token
+ * stripped) go upstream as one batch; BatchExchange merges the replies in the original order (and shows
+ * a tools/list result in it as the caller may see it).
  */
 async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply, classified: ClassifiedBody, principal: string | null, sessionId: string | undefined): Promise<void> {
   const ids = requestIds(classified.messages).map((id) => JSON.stringify(id));
-  if (new Set(ids).size !== ids.length) throw new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: a batch holding priced calls must not repeat request ids');
+  if (new Set(ids).size !== ids.length) throw new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: a batch holding priced calls or calls to unknown tools must not repeat request ids');
 
   const answers = new Map<JsonRpcMessage, JsonRpcResponse>();
   const held: HeldEntry[] = [];
   const forwarded: JsonRpcMessage[] = [];
   for (const message of classified.messages) {
     const toolCall = classified.toolCalls.find((c) => c.request === message);
+    if (toolCall && deps.visibility.isHidden(toolCall.name)) {
+      answers.set(message, errorResponse(toolCall.request.id ?? null, -32602, unknownToolMessage(toolCall.name)));
+      continue;
+    }
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
       forwarded.push(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message) as JsonRpcMessage);
       continue;
@@ -163,7 +175,9 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   // Every entry answered by the gateway: nothing goes upstream.
   if (forwarded.length === 0) return sendJson(reply, 200, classified.messages.flatMap((message) => answers.get(message) ?? []));
   request.body = forwardedBody(request, forwarded);
-  const exchange = new BatchExchange(deps.priced, call, reply, { messages: classified.messages, answers, held }, call.startedAt);
+  const view = call.toolView;
+  const rewriteList = classified.listsTools ? (responses: JsonRpcResponse[]) => (rewriteToolsListMessages(responses, deps.pricing, view) as JsonRpcResponse[] | undefined) ?? responses : null;
+  const exchange = new BatchExchange(deps.priced, call, reply, { messages: classified.messages, answers, held, rewriteList }, call.startedAt);
   call.priced = exchange;
   const concluded = exchange.run().catch((error: unknown) => exchange.abandon(error));
   call.trace?.until(concluded);
@@ -207,11 +221,17 @@ function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, tool
   return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id };
 }
 
-/** Resolves with the principal (null when auth is off), or undefined after answering 401/403. */
+/** Resolves with the principal (null when auth is off), or undefined after answering 401/403; sets what the caller may see in tools/list. */
 async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply: FastifyReply, tools: string[]): Promise<string | null | undefined> {
-  if (!deps.authenticator) return null;
+  if (!deps.authenticator) {
+    request.mcpCall.toolView = deps.visibility.viewFor(null);
+    return null;
+  }
   const outcome = await deps.authenticator.authenticate(request.headers.authorization, { tools });
-  if (outcome.ok) return outcome.principal;
+  if (outcome.ok) {
+    request.mcpCall.toolView = deps.visibility.viewFor(outcome.scopes);
+    return outcome.principal;
+  }
   reply.header('www-authenticate', outcome.wwwAuthenticate);
   sendJson(reply, outcome.status, errorResponse(request.mcpCall.requestId, outcome.status === 401 ? -32001 : -32003, outcome.message));
   return undefined;

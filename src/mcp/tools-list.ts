@@ -1,9 +1,12 @@
-// tools/list rewriting (SPEC §5.3, §20): a priced tool gets an optional token argument, the price in
+// tools/list rewriting (SPEC §5.3, §18, §20): a priced tool gets an optional token argument, the price in
 // _meta and one sentence in the description; the token argument is the gateway's alone, so a tool it
 // does not price loses any property of that name (and its place in `required`) an upstream gave it.
+// A tool the caller may not see (visibility.ts: hidden, or scopes it lacks) is left out of the list;
+// `nextCursor` and every other field of the result stay, so pagination works page by page.
 // Every other free tool is returned as the very same object.
 import type { GatewayConfig } from '../config/schema.js';
 import { isObject, type JsonObject } from './jsonrpc.js';
+import type { ToolView } from './visibility.js';
 
 export const PRICE_META_KEY = 'xyz.tollbooth/price';
 
@@ -26,6 +29,8 @@ export interface PriceTag {
 export function pricingFromConfig(config: GatewayConfig): ToolPricing {
   const tags = new Map<string, PriceTag>();
   for (const [tool, price] of Object.entries(config.tools)) {
+    // A hidden tool is never called (visibility.ts), so it is not priced on the request path.
+    if (price.hidden || price.sku === undefined || price.cost === undefined) continue;
     const sku = config.skus[price.sku];
     if (!sku) continue; // validated at load time
     tags.set(tool, { sku: price.sku, cost: price.cost, amount: sku.amount, currency: sku.currency, credits: sku.credits, label: sku.label, charge: price.charge });
@@ -38,37 +43,49 @@ export function looksLikeToolsListResponse(message: unknown): message is { resul
   return isObject(message) && 'id' in message && isObject(message.result) && Array.isArray(message.result.tools);
 }
 
-/** Returns the rewritten result, or null when nothing in it changes (no priced tool, no stray token argument). */
-export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: ToolPricing): JsonObject | null {
+/**
+ * Returns the rewritten result, or null when nothing in it changes (no priced tool, no stray token
+ * argument, nothing the caller may not see). `view` null: the caller sees every tool.
+ */
+export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: ToolPricing, view: ToolView | null = null): JsonObject | null {
   let changed = false;
-  const tools = result.tools.map((tool) => {
-    if (!isObject(tool)) return tool;
-    const price = typeof tool.name === 'string' ? pricing.priceOf(tool.name) : undefined;
+  const tools: unknown[] = [];
+  for (const tool of result.tools) {
+    if (!isObject(tool)) {
+      tools.push(tool);
+      continue;
+    }
+    const name = typeof tool.name === 'string' ? tool.name : undefined;
+    if (view !== null && name !== undefined && !view(name)) {
+      changed = true;
+      continue;
+    }
+    const price = name !== undefined ? pricing.priceOf(name) : undefined;
     const next = price ? priceTool(tool, price, pricing.argumentName) : withoutTokenArgument(tool, pricing.argumentName);
     if (next !== tool) changed = true;
-    return next;
-  });
+    tools.push(next);
+  }
   return changed ? { ...result, tools } : null;
 }
 
 /** Rewrites the tools/list results inside one message or a batch; undefined when nothing changed. */
-export function rewriteToolsListMessages(parsed: unknown, pricing: ToolPricing): unknown {
+export function rewriteToolsListMessages(parsed: unknown, pricing: ToolPricing, view: ToolView | null = null): unknown {
   if (Array.isArray(parsed)) {
     let changed = false;
     const out = parsed.map((message) => {
-      const one = rewriteOne(message, pricing);
+      const one = rewriteOne(message, pricing, view);
       if (one === undefined) return message;
       changed = true;
       return one;
     });
     return changed ? out : undefined;
   }
-  return rewriteOne(parsed, pricing);
+  return rewriteOne(parsed, pricing, view);
 }
 
-function rewriteOne(message: unknown, pricing: ToolPricing): unknown {
+function rewriteOne(message: unknown, pricing: ToolPricing, view: ToolView | null): unknown {
   if (!looksLikeToolsListResponse(message)) return undefined;
-  const result = rewriteToolsListResult(message.result, pricing);
+  const result = rewriteToolsListResult(message.result, pricing, view);
   return result === null ? undefined : { ...(message as object), result };
 }
 

@@ -1,9 +1,10 @@
-// A legacy batch holding priced calls (SPEC §5.6): entries the paywall answered itself are answered by
-// the gateway; the rest (free entries, and authorised priced ones with their token stripped) went
-// upstream as one batch through the proxy. Here the reply is read whole, each priced entry is concluded
-// on the one response that answers its id exactly (none, or several, fails that entry closed), and the
-// replies are merged into one JSON response in the original order. A batch is never a way around the
-// paywall: the same rules as a single call, per entry, and no event id ever reaches the client.
+// A legacy batch holding priced calls (SPEC §5.6) or calls to hidden tools (§18): entries the paywall
+// (or the visibility rule) answered itself are answered by the gateway; the rest (free entries, and
+// authorised priced ones with their token stripped) went upstream as one batch through the proxy. Here
+// the reply is read whole, each priced entry is concluded on the one response that answers its id
+// exactly (none, or several, fails that entry closed), a tools/list result is rewritten for the caller,
+// and the replies are merged into one JSON response in the original order. A batch is never a way
+// around the paywall: the same rules as a single call, per entry, and no event id reaches the client.
 import type { FastifyReply } from 'fastify';
 import { errorResponse, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCall } from '../mcp/classify.js';
@@ -28,6 +29,8 @@ export interface BatchPlan {
   answers: Map<JsonRpcMessage, JsonRpcResponse>;
   /** Priced entries that were authorised and forwarded. */
   held: HeldEntry[];
+  /** The upstream's responses with tools/list results rewritten for the caller (SPEC §5.3, §18); null when the batch lists no tools. */
+  rewriteList: ((responses: JsonRpcResponse[]) => JsonRpcResponse[]) | null;
 }
 
 type Head = { kind: 'head'; head: UpstreamHead } | { kind: 'failed'; failure: UpstreamFailure };
@@ -108,7 +111,8 @@ export class BatchExchange implements PricedForward {
     }
   }
 
-  #send(responses: JsonRpcResponse[], failure: CallOutcome | null): void {
+  #send(upstreamResponses: JsonRpcResponse[], failure: CallOutcome | null): void {
+    const responses = this.#plan.rewriteList ? this.#plan.rewriteList(upstreamResponses) : upstreamResponses;
     const merged: JsonRpcResponse[] = [];
     for (const message of this.#plan.messages) {
       const own = this.#plan.answers.get(message);

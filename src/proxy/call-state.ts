@@ -5,6 +5,7 @@
 // (dispatcher.ts) finds it on the header object reply-from hands over.
 import type { Era } from '../mcp/classify.js';
 import type { JsonRpcId } from '../mcp/jsonrpc.js';
+import type { ToolView } from '../mcp/visibility.js';
 import type { RequestTrace } from '../observability/tracing.js';
 
 /** Where the dispatcher finds a request's call state: a symbol key on reply-from's header object (undici reads only string keys). */
@@ -37,6 +38,8 @@ export class McpCall {
   sessionId: string | undefined = undefined;
   /** A JSON reply may hold a tools/list result (a POST asked for one): parsed and rewritten. */
   rewriteJson = false;
+  /** What this caller may see in a tools/list result (SPEC §18); null: every tool. Set when the caller is known. */
+  toolView: ToolView | null = null;
   /** The ids of the requests this POST carried (their own responses pass a filtered stream unlooked-up). */
   ownIds: readonly JsonRpcId[] = NO_IDS;
   /** Set when the call forwards priced requests: the proxy's hooks hand the reply to it. */

@@ -2,7 +2,8 @@
 // status and headers already on the reply. Every JSON or event-stream body goes through the namespace
 // screen (screened-body.ts): the upstream's keys under `xyz.tollbooth/` are removed. Beyond that:
 // - a JSON reply to a POST that asked for tools/list is parsed whole and its tools rewritten (priced
-//   tools gain the token argument and their price; other tools lose any token argument);
+//   tools gain the token argument and their price; other tools lose any token argument; tools the
+//   caller may not see are left out, SPEC §18);
 // - an event stream is read event by event: tools/list results rewritten (ids and `retry:` lines kept),
 //   and, when any tool is priced, responses that are not the request's own screened against the paid
 //   calls (response-screen.ts). Without a session there is nothing to screen against.
@@ -29,7 +30,7 @@ export function relayFreeReply(deps: FreeReplyDeps, call: McpCall, reply: Fastif
   sendScreenedBody(reply, head, {
     maxBytes: deps.maxResponseBytes,
     requestId: call.requestId,
-    rewriteJson: call.rewriteJson ? (parsed) => rewriteToolsListMessages(parsed, deps.pricing) : null,
+    rewriteJson: call.rewriteJson ? (parsed) => rewriteToolsListMessages(parsed, deps.pricing, call.toolView) : null,
     sseHook: streamHook(deps, call),
     // A body that breaks off mid-way cuts the client's reply (fastify destroys it); it is logged here.
     onFailure: (failure) => deps.recorder.failure(call, reply.request.id, failure, { observe: false }),
@@ -38,6 +39,7 @@ export function relayFreeReply(deps: FreeReplyDeps, call: McpCall, reply: Fastif
 
 function streamHook(deps: FreeReplyDeps, call: McpCall): SseHook {
   const pricing = deps.pricing;
+  const view = call.toolView;
   const screen = deps.screen;
   const sessionId = screen ? call.sessionId : undefined;
   const ownIds = call.ownIds;
@@ -53,7 +55,7 @@ function streamHook(deps: FreeReplyDeps, call: McpCall): SseHook {
     const parsed = parseJsonOrUndefined(data);
     if (parsed === undefined) return namespaced ? DROP_DATA : undefined;
     if (namespaced) stripGatewayMeta(parsed);
-    const rewritten = rewriteToolsListMessages(parsed, pricing);
+    const rewritten = rewriteToolsListMessages(parsed, pricing, view);
     const value = rewritten ?? parsed;
     // A screened event goes re-serialised: the client parses what the gateway checked (duplicate keys).
     const changed = namespaced || rewritten !== undefined;

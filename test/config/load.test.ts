@@ -161,6 +161,24 @@ t.test('cost must be a positive integer', async (t) => {
   t.match(message, 'config/test.yaml:8:29 tools.c.cost: expected a positive integer, found the string "1"');
 });
 
+t.test('a tool entry is priced (sku + cost), hidden, or both; a hidden free tool needs neither sku nor cost', async (t) => {
+  const config = parse(yaml(...UPSTREAM, ...SKU, 'tools:', '  secret_tool: { hidden: true }', '  parked: { sku: research, cost: 3, hidden: true }'));
+  t.same(config.tools.secret_tool, { charge: 'success', hidden: true });
+  t.same(config.tools.parked, { sku: 'research', cost: 3, charge: 'success', hidden: true });
+  t.match(refusal(yaml(...UPSTREAM, ...SKU, 'tools:', '  nothing: {}')), 'tools.nothing.sku: expected an sku and a cost (a priced tool), or hidden: true');
+  t.match(refusal(yaml(...UPSTREAM, ...SKU, 'tools:', '  shown: { hidden: false }')), 'tools.shown.sku: expected an sku and a cost');
+  t.match(refusal(yaml(...UPSTREAM, ...SKU, 'tools:', '  half: { sku: research, hidden: true }')), 'tools.half.cost: expected a cost (a positive integer) because the tool names an sku');
+  t.match(refusal(yaml(...UPSTREAM, ...SKU, 'tools:', '  half: { cost: 2 }')), 'tools.half.sku: expected the name of an SKU under skus because the tool has a cost');
+  t.match(refusal(yaml(...UPSTREAM, ...SKU, 'tools:', '  x: { hidden: "yes" }')), 'tools.x.hidden');
+  t.match(refusal(yaml(...UPSTREAM, ...SKU, 'tools:', '  parked: { sku: reserch, cost: 1, hidden: true }')), 'tools.parked.sku: expected the name of an SKU under skus');
+});
+
+t.test('auth.hideUnauthorisedTools defaults to true and takes a boolean', async (t) => {
+  t.equal(parse(yaml(...UPSTREAM)).auth.hideUnauthorisedTools, true);
+  t.equal(parse(yaml(...UPSTREAM, 'auth: { hideUnauthorisedTools: false }')).auth.hideUnauthorisedTools, false);
+  t.match(refusal(yaml(...UPSTREAM, 'auth: { hideUnauthorisedTools: 1 }')), 'auth.hideUnauthorisedTools');
+});
+
 t.test('credits must be a positive integer', async (t) => {
   const message = refusal(yaml(...UPSTREAM, 'skus:', '  research: { label: R, amount: "5.00", currency: USDC, credits: -3 }'));
   t.match(message, 'config/test.yaml:4:66 skus.research.credits: expected a positive integer, found the number -3');
@@ -347,7 +365,7 @@ t.test('defaults are applied and publicUrl/audience are derived', async (t) => {
   t.same(config.auth.algorithms, ['RS256', 'ES256', 'EdDSA']);
   t.same(config.metrics, { enabled: true, path: '/metrics' });
   t.same(config.logging, { level: 'info' });
-  t.same(parse(yaml(...UPSTREAM, ...SKU, 'tools:', '  fetch_readable: { sku: research, cost: 1 }')).tools.fetch_readable, { sku: 'research', cost: 1, charge: 'success' });
+  t.same(parse(yaml(...UPSTREAM, ...SKU, 'tools:', '  fetch_readable: { sku: research, cost: 1 }')).tools.fetch_readable, { sku: 'research', cost: 1, charge: 'success', hidden: false });
 });
 
 t.test('the loaded config is deep-frozen', async (t) => {

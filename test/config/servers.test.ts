@@ -38,7 +38,7 @@ t.test('a servers entry gets the upstream defaults of the top level, stdio setti
   );
   t.strictSame(config.servers.files?.upstream.stdio, { sessions: 'perClient', maxChildren: 32, idleTimeout: 600_000 });
   t.equal(config.servers.files?.upstream.callDeadline, 20_000);
-  t.strictSame(config.servers.files?.tools, { write_file: { sku: 'research', cost: 2, charge: 'success' } });
+  t.strictSame(config.servers.files?.tools, { write_file: { sku: 'research', cost: 2, charge: 'success', hidden: false } });
   t.strictSame(config.servers.files?.toolScopes, { write_file: ['files:write'] });
   t.strictSame(config.servers.web?.tools, {});
   t.equal(maskSecrets(config).servers.web?.upstream.headers.authorization, '***', "a server's upstream headers are masked like the top level's");

@@ -30,7 +30,7 @@ function twoEndpoints(port: number, extra: Json = {}): Json {
       files: {
         path: '/mcp/files',
         upstream: { command: STDIO_FIXTURE_COMMAND, stdio: { sessions: 'shared' } },
-        tools: { echo: { sku: 'research', cost: 2 } },
+        tools: { echo: { sku: 'research', cost: 2 }, slow: { hidden: true } },
         ...(extra.filesToolScopes ? { toolScopes: extra.filesToolScopes } : {}),
       },
     },
@@ -102,6 +102,12 @@ t.test('auth none: each endpoint lists and calls only its own upstream; one hand
   t.notOk(names(defaultList).includes('stats'), "default does not list the stdio server's tools");
   t.ok(names(filesList).includes('stats') && names(filesList).includes('echo'), 'files lists the stdio server');
   t.notOk(names(filesList).includes('fetch_readable'), "files does not list the HTTP upstream's tools");
+  // Visibility is per endpoint: `slow` is hidden at files only.
+  t.notOk(names(filesList).includes('slow'), 'slow is hidden at files');
+  t.ok(names(defaultList).includes('slow'), 'and listed at default');
+  const hiddenCall = await post(files, callTool('slow', { ms: 1 }), asFiles);
+  t.same(hiddenCall.body.error, { code: -32602, message: 'Unknown tool: slow' }, 'a call to it at files is answered as an unknown tool');
+  t.match((await post(gateway.url, callTool('slow', { ms: 1 }))).body.result?.content?.[0]?.text, 'slept:1', 'and reaches the upstream at default');
   const price = (reply: Reply, tool: string) => (reply.body.result.tools as Json[]).find((entry) => entry.name === tool)?._meta?.['xyz.tollbooth/price'];
   t.match(price(defaultList, 'echo'), { sku: 'research', cost: 1 }, "echo priced at default's cost");
   t.match(price(filesList, 'echo'), { sku: 'research', cost: 2 }, "echo priced at files' cost");
