@@ -10,6 +10,8 @@ import { freePort, startTestGateway, testConfig, type TestGateway } from '../hel
 import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
 import { metricValue } from '../helpers/scripted-upstream.js';
+import { startFakeFacilitator } from '../helpers/x402-facilitator.js';
+import { paymentRequiredOf, withX402 } from '../helpers/x402-gateway.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
@@ -191,4 +193,18 @@ t.test('oauth: each endpoint is its own resource; a handle stays bound to its pr
   t.equal(crossed.status, 404, "files' session is unknown at default");
   const home = await post(filesUrl, { method: 'tools/list', params: {} }, { ...aliceFiles, 'mcp-session-id': filesSession });
   t.equal(home.status, 200, 'and still good at files');
+});
+
+t.test('x402: the resource a payment is for is the endpoint it was asked at', async (t) => {
+  const facilitator = await startFakeFacilitator();
+  t.teardown(() => facilitator.close());
+  const port = await freePort();
+  const gateway = await startTestGateway(t, withX402(twoEndpoints(port) as never, facilitator.url));
+  const files = `${gateway.origin}/mcp/files`;
+  const session = await openSession(files);
+  const atFiles = await post(files, callTool('echo', { text: 'x' }), { 'mcp-session-id': session });
+  t.equal(paymentRequiredOf(atFiles.body.result).resource.url, `http://127.0.0.1:${port}/mcp/files#tool=echo`);
+  t.match(paymentRequiredOf(atFiles.body.result).accepts, [{ amount: '20000' }], "files' price: 2 credits at 0.01");
+  const atDefault = await post(gateway.url, callTool('echo', { text: 'x' }));
+  t.equal(paymentRequiredOf(atDefault.body.result).resource.url, `http://127.0.0.1:${port}/mcp#tool=echo`);
 });
