@@ -13,6 +13,8 @@ import { Settler } from './payments/settle.js';
 import { registerDevCheckout } from './http/dev-checkout.js';
 import type { X402Rail } from './payments/x402/rail.js';
 import type { UpstreamTarget } from './proxy/upstream-target.js';
+import { GatewayError } from './errors.js';
+import { asGatewayError, sendErrorReply } from './http/error-reply.js';
 import type { Store } from './store/store.js';
 import { registerOpsRoutes } from './http/ops-routes.js';
 import { registerEndpoint } from './gateway/endpoint.js';
@@ -66,14 +68,11 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
 
   // The MCP endpoint has its own error handler (JSON-RPC errors); this one answers every other route.
   app.setErrorHandler((error, request, reply) => {
-    const code = (error as { code?: string }).code;
-    const status = code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? 413 : (error as { statusCode?: number }).statusCode ?? 500;
-    const safeStatus = status >= 500 ? 503 : status;
-    if (status >= 500) deps.logger.error({ evt: 'internal_error', reqId: request.id, code: code ?? 'unknown', url: request.routeOptions.url }, 'request failed');
-    const message = status === 413 ? `Request body too large: the limit is ${config.server.bodyLimit} bytes` : status >= 500 ? 'the gateway could not complete the request' : 'bad request';
-    return reply.code(safeStatus).send({ error: message });
+    const refusal = asGatewayError(error, config.server.bodyLimit);
+    if (refusal.code === 'TB_ERR_INTERNAL') deps.logger.error({ evt: 'internal_error', reqId: request.id, code: (error as { code?: string }).code ?? 'unknown', url: request.routeOptions.url }, 'request failed');
+    return sendErrorReply(reply, refusal);
   });
-  app.setNotFoundHandler((_request, reply) => reply.code(404).send({ error: 'not found' }));
+  app.setNotFoundHandler((_request, reply) => sendErrorReply(reply, new GatewayError('TB_ERR_NOT_FOUND', 'not found')));
 
   const settler = new Settler({ store: deps.store, provider: deps.provider, policy: config.payments.settlement, metrics: deps.metrics, logger: deps.logger, now });
   const openStreams = new Set<ServerResponse>();

@@ -10,17 +10,15 @@ import type { ChildOptions } from './child.js';
 import { DirectSession } from './direct-session.js';
 import type { EventBufferLimits } from './event-store.js';
 import { startInitialisedChild } from './handshake.js';
-import { readBody, sendJson, sendRpcError } from './http.js';
+import { GatewayError, type ErrorCode } from '../errors.js';
+import { sendRpcError } from '../http/error-reply.js';
+import { readBody, sendJson } from './http.js';
 import { ModernPool, serveModernRequest, type ModernTargets } from './modern.js';
 import { Multiplexer } from './multiplexer.js';
 import { BRIDGE_ERROR, isModernRequest, oversizedClientState } from './protocol.js';
 import { SharedSession } from './shared-session.js';
 import { StdioSupervisor } from './supervisor.js';
 
-const PARSE_ERROR = -32700;
-const INVALID_REQUEST = -32600;
-const BAD_REQUEST = -32000;
-const SESSION_NOT_FOUND = -32001;
 /** How long a readiness answer from a probe spawn stays good (no child running meanwhile). */
 const PROBE_TTL_MS = 30_000;
 
@@ -117,11 +115,11 @@ export class Bridge {
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0];
-    if (path !== this.#settings.path) return sendRpcError(res, 404, null, BAD_REQUEST, `Not found: the MCP endpoint is ${this.#settings.path}`);
+    if (path !== this.#settings.path) return refuse(res, 'TB_ERR_NOT_FOUND', `Not found: the MCP endpoint is ${this.#settings.path}`);
     if (this.#allowedHosts && !this.#allowedHosts.includes(req.headers.host ?? '')) {
-      return sendRpcError(res, 403, null, BAD_REQUEST, `Forbidden: Host ${JSON.stringify(req.headers.host ?? '')} is not this bridge`);
+      return refuse(res, 'TB_ERR_HOST_FORBIDDEN', `Forbidden: Host ${JSON.stringify(req.headers.host ?? '')} is not this bridge`);
     }
-    if (this.#closing) return sendRpcError(res, 503, null, BAD_REQUEST, 'the bridge is shutting down');
+    if (this.#closing) return refuse(res, 'TB_ERR_BRIDGE_UNAVAILABLE', 'the bridge is shutting down');
     switch (req.method) {
       case 'POST':
         return this.#post(req, res);
@@ -132,33 +130,33 @@ export class Bridge {
         return;
       }
       default:
-        return sendRpcError(res, 405, null, BAD_REQUEST, 'Method not allowed.', undefined, { allow: 'GET, POST, DELETE' });
+        return void sendRpcError(res, new GatewayError('TB_ERR_METHOD_NOT_ALLOWED', 'Method not allowed.', { headers: { allow: 'GET, POST, DELETE' } }), null);
     }
   }
 
   async #post(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const read = await readBody(req, this.#settings.maxBodyBytes);
-    if ('tooLarge' in read) return sendRpcError(res, 413, null, BAD_REQUEST, `Payload Too Large: Request body must not exceed ${this.#settings.maxBodyBytes} bytes`);
+    if ('tooLarge' in read) return refuse(res, 'TB_ERR_BODY_TOO_LARGE', `Payload Too Large: Request body must not exceed ${this.#settings.maxBodyBytes} bytes`);
     const contentType = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
     if (contentType !== 'application/json' && !contentType.endsWith('+json')) {
-      return sendRpcError(res, 415, null, BAD_REQUEST, 'Unsupported Media Type: Content-Type must be application/json');
+      return refuse(res, 'TB_ERR_UNSUPPORTED_MEDIA_TYPE', 'Unsupported Media Type: Content-Type must be application/json');
     }
     let body: unknown;
     try {
       body = JSON.parse(read.text);
     } catch {
-      return sendRpcError(res, 400, null, PARSE_ERROR, 'Parse error: Invalid JSON');
+      return refuse(res, 'TB_ERR_PARSE', 'Parse error: Invalid JSON');
     }
     const messages: unknown[] = Array.isArray(body) ? body : [body];
     if (!Array.isArray(body) && isRequestLike(body) && isModernRequest(body.params)) {
       return serveModernRequest(body, req, res, { targets: this.#modernTargets, logger: this.#logger, maxBufferedBytes: this.#settings.maxBufferedBytes });
     }
     if (messages.some((entry) => isRequestLike(entry) && isModernRequest(entry.params))) {
-      return sendRpcError(res, 400, null, INVALID_REQUEST, 'Invalid Request: 2026-07-28 has no batches');
+      return refuse(res, 'TB_ERR_INVALID_REQUEST', 'Invalid Request: 2026-07-28 has no batches');
     }
     const initialize = messages.find((entry) => isRequestLike(entry) && entry.method === 'initialize' && entry.id !== undefined);
     if (initialize !== undefined && req.headers['mcp-session-id'] === undefined) {
-      if (messages.length > 1) return sendRpcError(res, 400, null, INVALID_REQUEST, 'Invalid Request: Only one initialization request is allowed');
+      if (messages.length > 1) return refuse(res, 'TB_ERR_INVALID_REQUEST', 'Invalid Request: Only one initialization request is allowed');
       return this.#openSession(initialize as { id: JsonRpcId; params?: unknown }, body, req, res);
     }
     const session = this.#sessionOf(req, res);
@@ -168,7 +166,7 @@ export class Bridge {
       const single = !Array.isArray(body) && isRequestLike(body) && body.id !== undefined ? body.id : undefined;
       const message = 'the stdio server is not reading its input; the request was refused (try again later)';
       if (single !== undefined) return sendJson(res, 200, errorResponse(single, BRIDGE_ERROR.stdinFull.code, message, { reason: BRIDGE_ERROR.stdinFull.reason }));
-      return sendRpcError(res, 503, null, BRIDGE_ERROR.stdinFull.code, message, { reason: BRIDGE_ERROR.stdinFull.reason });
+      return void sendRpcError(res, new GatewayError('TB_ERR_BRIDGE_UNAVAILABLE', message), null, { reason: BRIDGE_ERROR.stdinFull.reason });
     }
     await session.handle(req, res, body);
   }
@@ -182,7 +180,7 @@ export class Bridge {
     const accept = req.headers.accept ?? '';
     if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
       // The SDK transport would refuse it too; refusing first spares a spawn.
-      return sendRpcError(res, 406, null, BAD_REQUEST, 'Not Acceptable: Client must accept both application/json and text/event-stream');
+      return refuse(res, 'TB_ERR_NOT_ACCEPTABLE', 'Not Acceptable: Client must accept both application/json and text/event-stream');
     }
     const session = this.#shared ? this.#newSharedSession() : this.#newDirectSession();
     if (typeof session === 'string') {
@@ -236,11 +234,11 @@ export class Bridge {
   #sessionOf(req: IncomingMessage, res: ServerResponse): LegacySession | undefined {
     const id = req.headers['mcp-session-id'];
     if (typeof id !== 'string' || id === '') {
-      sendRpcError(res, 400, null, BAD_REQUEST, 'Bad Request: Mcp-Session-Id header is required');
+      refuse(res, 'TB_ERR_INVALID_REQUEST', 'Bad Request: Mcp-Session-Id header is required');
       return undefined;
     }
     const session = this.#sessions.get(id);
-    if (session === undefined) sendRpcError(res, 404, null, SESSION_NOT_FOUND, 'Session not found');
+    if (session === undefined) refuse(res, 'TB_ERR_SESSION_NOT_FOUND', 'Session not found');
     return session;
   }
 
@@ -286,4 +284,9 @@ export class Bridge {
     })();
     return this.#probing;
   }
+}
+
+/** The bridge's own refusal of an HTTP request: a coded GatewayError, written like the gateway's (http/error-reply.ts). */
+function refuse(res: ServerResponse, code: ErrorCode, message: string): void {
+  sendRpcError(res, new GatewayError(code, message), null);
 }

@@ -3,7 +3,6 @@
 // pumped eagerly, so what a slow reader has not taken yet sits in the ServerResponse where it can be
 // measured; `Flow` hears when a response backs up and when it drained.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { errorResponse, type JsonRpcId } from '../mcp/jsonrpc.js';
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache, no-transform', 'x-accel-buffering': 'no' } as const;
 
@@ -32,11 +31,6 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   const text = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)), ...headers });
   res.end(text);
-}
-
-/** A JSON-RPC error as the whole answer to an HTTP request. */
-export function sendRpcError(res: ServerResponse, status: number, id: JsonRpcId, code: number, message: string, data?: unknown, headers: Record<string, string> = {}): void {
-  sendJson(res, status, errorResponse(id, code, message, data), headers);
 }
 
 export const acceptsEventStream = (req: IncomingMessage): boolean => (req.headers.accept ?? '').includes('text/event-stream');

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, type Dispatcher } from 'undici';
 import { GatewayError } from '../errors.js';
+import { sendRpcError } from '../http/error-reply.js';
 import type { Logger } from '../observability/logger.js';
 import { Bridge } from './bridge.js';
 import { DEFAULT_EVENT_BUFFER, type EventBufferLimits } from './event-store.js';
@@ -90,8 +91,7 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
   const server = createServer((req, res) => {
     bridge.handle(req, res).catch((error: unknown) => {
       options.logger.error({ evt: 'bridge_request_failed', err: (error as Error).message }, 'the bridge failed to serve a request');
-      if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'bridge error' } }));
-      else res.destroy();
+      sendRpcError(res, new GatewayError('TB_ERR_INTERNAL', 'bridge error', { cause: error }), null);
     });
   });
   // Streams stay open as long as the client wants them (§5.2: no idle timeout on streams).

@@ -9,16 +9,15 @@ import { errorResponse, resultResponse, type JsonObject, type JsonRpcRequest } f
 import type { Logger } from '../observability/logger.js';
 import { StdioChild, describeExit, type ChildOptions } from './child.js';
 import { startInitialisedChild } from './handshake.js';
-import { acceptsEventStream, sendJson, sendRpcError } from './http.js';
+import { GatewayError, RPC } from '../errors.js';
+import { sendRpcError } from '../http/error-reply.js';
+import { acceptsEventStream, sendJson } from './http.js';
 import { ModernReply } from './modern-reply.js';
 import { Multiplexer } from './multiplexer.js';
 import {
   BRIDGE_ERROR, MODERN_VERSION, canonicalJson, discoverResult, modernClientCapabilities, modernClientInfo, modernVersionOf, oversizedClientState,
   type ChildIdentity,
 } from './protocol.js';
-
-const METHOD_NOT_FOUND = -32601;
-const UNSUPPORTED_PROTOCOL_VERSION = -32022;
 
 export interface ModernTarget {
   mux: Multiplexer;
@@ -39,7 +38,7 @@ export async function serveModernRequest(
   const id = request.id ?? null;
   const version = modernVersionOf(request.params);
   if (version !== MODERN_VERSION) {
-    sendRpcError(res, 400, id, UNSUPPORTED_PROTOCOL_VERSION, `Unsupported protocol version: ${String(version)}`, { supported: [MODERN_VERSION], requested: String(version) });
+    sendRpcError(res, new GatewayError('TB_ERR_UNSUPPORTED_PROTOCOL_VERSION', `Unsupported protocol version: ${String(version)}`), id, { supported: [MODERN_VERSION], requested: String(version) });
     return;
   }
   // 2026-07-28 cancels by closing the request's stream; its notifications have nothing to do on a legacy child.
@@ -48,7 +47,7 @@ export async function serveModernRequest(
     return;
   }
   if (request.method === 'initialize' || request.method === 'subscriptions/listen') {
-    sendJson(res, 200, errorResponse(id, METHOD_NOT_FOUND, `Method not found: ${request.method}`));
+    sendJson(res, 200, errorResponse(id, RPC.METHOD_NOT_FOUND, `Method not found: ${request.method}`));
     return;
   }
   const capabilities = modernClientCapabilities(request.params);

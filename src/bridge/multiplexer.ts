@@ -10,6 +10,7 @@
 //   else to the one listening session that declared it, else it is refused.
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { errorResponse, isObject, isRequestLike, isResponseLike, resultResponse, type JsonObject, type JsonRpcId, type JsonRpcRequest, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { RPC } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import type { WriteOutcome } from './child.js';
 import {
@@ -18,8 +19,6 @@ import {
 } from './protocol.js';
 import type { SessionChannel } from './session-channel.js';
 
-const METHOD_NOT_FOUND = -32601;
-const INTERNAL_ERROR = -32603;
 
 /** What the multiplexer needs from the child under it (the shared supervisor, or one 2026-07-28 child). */
 export interface ChildPort {
@@ -254,7 +253,7 @@ export class Multiplexer {
     const refuse = (code: number, text: string): void => void this.#port.write(errorResponse(id, code, text));
     if (message.method === 'ping') return void this.#port.write(resultResponse(id, {}));
     const capability = RELAY_CAPABILITY[message.method];
-    if (capability === undefined) return refuse(METHOD_NOT_FOUND, `Method not found: ${message.method}`);
+    if (capability === undefined) return refuse(RPC.METHOD_NOT_FOUND, `Method not found: ${message.method}`);
 
     const candidates = [...this.#routes.values()]
       .filter((route) => route.session !== undefined && route.sink.canStream && hasCapability(route.session.capabilities, capability))
@@ -262,7 +261,7 @@ export class Multiplexer {
     const target = chooseRelayTarget(candidates);
     if (target === 'ambiguous') {
       this.#logger.warn({ evt: 'bridge_relay_ambiguous', method: message.method }, 'a server→client request arrived while calls of several clients were running; refused it');
-      return refuse(INTERNAL_ERROR, `${message.method}: several clients have calls running; the bridge cannot tell which one this is for`);
+      return refuse(RPC.INTERNAL_ERROR, `${message.method}: several clients have calls running; the bridge cannot tell which one this is for`);
     }
     const relayId = this.#nextRelayId++;
     const relayed = { ...message, id: relayId };
@@ -279,11 +278,11 @@ export class Multiplexer {
         return;
       }
     }
-    refuse(METHOD_NOT_FOUND, `${message.method}: no connected client can answer it`);
+    refuse(RPC.METHOD_NOT_FOUND, `${message.method}: no connected client can answer it`);
   }
 
   #refuseRelay(relayId: number, relay: Relay, why: string): void {
     this.#relays.delete(relayId);
-    this.#port.write(errorResponse(relay.childRequestId, INTERNAL_ERROR, why));
+    this.#port.write(errorResponse(relay.childRequestId, RPC.INTERNAL_ERROR, why));
   }
 }

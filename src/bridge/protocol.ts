@@ -3,6 +3,7 @@
 // identity, the bound on session state, and the rule that picks which client a server→client request
 // belongs to on a shared child. No I/O here.
 import { LEGACY_VERSIONS, MODERN_VERSION, VERSION_META_KEY } from '../mcp/classify.js';
+import { RPC } from '../errors.js';
 import { isObject, type JsonObject, type JsonRpcId } from '../mcp/jsonrpc.js';
 
 export { MODERN_VERSION };
@@ -194,18 +195,19 @@ export function chooseRelayTarget<T extends RelayCandidate>(candidates: readonly
 export const hasCapability = (capabilities: JsonObject, name: string): boolean => capabilities[name] !== undefined && capabilities[name] !== null;
 
 /**
- * JSON-RPC errors the bridge itself answers with. Numbers follow the SDK's server transports where the
+ * JSON-RPC errors the bridge itself answers calls with (a reply to one message, not a refusal of the HTTP
+ * request: those are GatewayErrors, http/error-reply.ts). Numbers (errors.ts RPC) follow the SDK's server transports where the
  * situation is theirs (-32000 server errors, -32603 internal); `data.reason` is stable and machine-readable.
  */
 export const BRIDGE_ERROR = {
   /** The child died (or was stopped) before answering. */
-  childGone: { code: -32603, reason: 'stdio_server_gone' },
+  childGone: { code: RPC.INTERNAL_ERROR, reason: 'stdio_server_gone' },
   /** The child is not reading its stdin and the bounded queue is full. */
-  stdinFull: { code: -32000, reason: 'stdio_server_not_reading' },
+  stdinFull: { code: RPC.SERVER_ERROR, reason: 'stdio_server_not_reading' },
   /** maxChildren children are running (or maxSessions sessions on a shared child). */
-  atCapacity: { code: -32000, reason: 'at_capacity' },
+  atCapacity: { code: RPC.SERVER_ERROR, reason: 'at_capacity' },
   /** A capabilities object or clientInfo over MAX_CLIENT_STATE_BYTES. */
-  stateTooLarge: { code: -32602, reason: 'client_state_too_large' },
+  stateTooLarge: { code: RPC.INVALID_PARAMS, reason: 'client_state_too_large' },
   /** The client cancelled the request (the answer it ignores, so its stream can close). */
-  cancelled: { code: -32800, reason: 'cancelled' },
+  cancelled: { code: RPC.REQUEST_CANCELLED, reason: 'cancelled' },
 } as const;

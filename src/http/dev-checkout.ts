@@ -7,6 +7,8 @@
 // (clickjacking the Pay button). A post without Origin is not a browser's (browsers send it on
 // every POST), so it cannot be a cross-site forgery and is accepted, as a scripted test payment.
 import type { FastifyInstance } from 'fastify';
+import { GatewayError } from '../errors.js';
+import { sendErrorReply } from './error-reply.js';
 import type { Store } from '../store/store.js';
 import { isDecimalString } from '../money/decimal.js';
 import { DEV_CHECKOUT_PREFIX } from '../payments/dev.js';
@@ -61,13 +63,13 @@ export function registerDevCheckout(app: FastifyInstance, deps: DevCheckoutDeps)
   app.post<{ Params: { id: string }; Body: unknown }>(`${DEV_CHECKOUT_PREFIX}:id/pay`, async (request, reply) => {
     reply.headers(NO_FRAMING);
     const origin = request.headers.origin;
-    if (origin !== undefined && originOf(origin) !== ownOrigin) return reply.code(403).send({ error: 'payments are only accepted from the checkout page itself' });
+    if (origin !== undefined && originOf(origin) !== ownOrigin) return sendErrorReply(reply, new GatewayError('TB_ERR_ORIGIN_FORBIDDEN', 'payments are only accepted from the checkout page itself'));
     const link = await deps.store.getDevLink(request.params.id);
-    if (!link) return reply.code(404).send({ error: 'checkout link not found' });
+    if (!link) return sendErrorReply(reply, new GatewayError('TB_ERR_NOT_FOUND', 'checkout link not found'));
     const received = receivedFrom(request.body) ?? link.amount;
-    if (!isDecimal(received)) return reply.code(400).send({ error: 'received must be a decimal amount such as 5.00' });
+    if (!isDecimal(received)) return sendErrorReply(reply, new GatewayError('TB_ERR_INVALID_REQUEST', 'received must be a decimal amount such as 5.00'));
     const paid = await deps.store.payDevLink(link.id, received);
-    if (!paid) return reply.code(409).send({ error: 'this checkout link is no longer payable' });
+    if (!paid) return sendErrorReply(reply, new GatewayError('TB_ERR_CHECKOUT_CLOSED', 'this checkout link is no longer payable'));
     // Like a provider webhook: settle now, so the agent's very next retry finds the credits.
     await deps.onPaid?.(link.id).catch(() => undefined);
     return reply.code(303).header('location', `${DEV_CHECKOUT_PREFIX}${encodeURIComponent(link.id)}`).send();

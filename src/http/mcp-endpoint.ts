@@ -14,7 +14,8 @@ import { GatewayError } from '../errors.js';
 import { DeadlineQueue } from '../proxy/deadlines.js';
 import { createRequestGuard, type GuardSettings } from './guards.js';
 import { applyMcpPolicy, type Authenticator } from './mcp-policy.js';
-import { errorResponse, idOf } from '../mcp/jsonrpc.js';
+import { idOf, type JsonRpcId } from '../mcp/jsonrpc.js';
+import { asGatewayError, sendRpcError } from './error-reply.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
 import type { ToolPricing } from '../mcp/tools-list.js';
 import type { ToolVisibility } from '../mcp/visibility.js';
@@ -126,16 +127,16 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       (reply.raw as ServerResponse & { [kCall]: McpCall })[kCall] = call;
       reply.raw.on('close', onResponseClosed); // 'close' fires once; `on` spares the once-wrapper
       const refused = guard(request.headers);
-      if (refused) return void sendError(reply, refused, null);
+      if (refused) return void sendRpcError(reply, refused, null);
       done();
     });
 
     scope.setErrorHandler((error, request, reply) => {
       const code = (error as { code?: string }).code;
-      const gatewayError = error instanceof GatewayError ? error : asGatewayError(error, deps.bodyLimit);
+      const gatewayError = asGatewayError(error, deps.bodyLimit);
       if (gatewayError.code === 'TB_ERR_INTERNAL') recorder.internalError(request.id, error);
       const id = gatewayError.code === 'TB_ERR_PARSE' || code === 'FST_ERR_CTP_BODY_TOO_LARGE' ? null : (request.mcpCall?.requestId ?? idFromRaw(request.body));
-      sendError(reply, gatewayError, id);
+      sendRpcError(reply, gatewayError, id);
     });
 
     await scope.register(httpProxy, {
@@ -179,7 +180,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
           const failure = classifyUpstreamError(error);
           recorder.failure(call, reply.request.id, failure);
           if (reply.sent || reply.raw.headersSent || reply.raw.destroyed) return;
-          sendError(reply, failure.error, call.requestId);
+          sendRpcError(reply, failure.error, call.requestId);
         },
       } as never,
     });
@@ -204,8 +205,8 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       discard(head.stream);
       deps.logger.warn({ evt: 'session_bind_failed', reqId: reply.request.id, code: refusal.code }, 'a reply handing out an MCP session was not relayed: the session could not be bound to the principal');
       if (call.priced) return call.priced.onError(new UpstreamAbort('bad_response'));
-      for (const name of ['mcp-session-id', 'content-length', 'content-encoding']) reply.removeHeader(name);
-      sendError(reply, refusal, call.requestId);
+      reply.removeHeader('mcp-session-id');
+      sendRpcError(reply, refusal, call.requestId);
     }
 
     scope.route({
@@ -213,33 +214,14 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       url: deps.mcpPath,
       handler: async (request, reply) => {
         request.mcpCall.method = request.method;
-        reply.header('allow', 'GET, POST, DELETE');
-        sendError(reply, new GatewayError('TB_ERR_METHOD_NOT_ALLOWED', 'Method not allowed: the MCP endpoint takes POST, GET and DELETE'), null);
+        sendRpcError(reply, new GatewayError('TB_ERR_METHOD_NOT_ALLOWED', 'Method not allowed: the MCP endpoint takes POST, GET and DELETE', { headers: { allow: 'GET, POST, DELETE' } }), null);
         return reply;
       },
     });
   });
 }
 
-/** A JSON-RPC error as the endpoint's answer; -32602 goes with 200 like any JSON-RPC error reply (docs/decisions.md). */
-function sendError(reply: FastifyReply, error: GatewayError, id: ReturnType<typeof idOf>): void {
-  if (reply.sent || reply.raw.headersSent) {
-    reply.raw.destroy();
-    return;
-  }
-  const status = error.code === 'TB_ERR_INVALID_PARAMS' ? 200 : error.status >= 500 && error.code === 'TB_ERR_INTERNAL' ? 503 : error.status;
-  reply.code(status).header('content-type', 'application/json').send(JSON.stringify(errorResponse(id, error.rpcCode, error.message)));
-}
-
-function asGatewayError(error: unknown, bodyLimit: number): GatewayError {
-  const code = (error as { code?: string }).code;
-  const status = (error as { statusCode?: number }).statusCode;
-  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new GatewayError('TB_ERR_BODY_TOO_LARGE', `Request body too large: the limit is ${bodyLimit} bytes`);
-  if (status !== undefined && status < 500) return new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: the request could not be read');
-  return new GatewayError('TB_ERR_INTERNAL', 'the gateway could not complete the request', { cause: error });
-}
-
-function idFromRaw(raw: unknown): ReturnType<typeof idOf> {
+function idFromRaw(raw: unknown): JsonRpcId {
   if (typeof raw !== 'string') return null;
   const parsed = parseJsonOrUndefined(raw);
   return Array.isArray(parsed) ? null : idOf(parsed);

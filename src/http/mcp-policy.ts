@@ -8,8 +8,9 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { SessionBindings } from '../auth/session-bindings.js';
 import { GatewayError } from '../errors.js';
+import { rpcErrorBody, sendRpcError } from './error-reply.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
-import { errorResponse, idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import { rewriteToolsListMessages, type PriceTag, type ToolPricing } from '../mcp/tools-list.js';
@@ -73,8 +74,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   // 3. Authenticate (SPEC §9) when oauth is on. A hidden tool needs no scope: it does not exist (§18).
   const hidden = classified.toolCalls.filter((toolCall) => deps.visibility.isHidden(toolCall.name));
   const shown = hidden.length === 0 ? classified.toolCalls : classified.toolCalls.filter((toolCall) => !hidden.includes(toolCall));
-  const principal = await authenticate(deps, request, reply, shown.map((c) => c.name));
-  if (principal === undefined) return;
+  const principal = await authenticate(deps, request, shown.map((c) => c.name));
   await requireSessionOwner(deps, request, principal);
   // 4. A request in a legacy session may not reuse the id of a paid call this replica forwarded in it:
   // the upstream would route that call's result to it (SPEC §6.5).
@@ -82,7 +82,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   if (sessionId !== undefined) refuseReusedIds(deps.registry, sessionId, classified.messages);
   // 5. Route by what the body holds. A call to a hidden tool is answered as for an unknown tool (§18).
   const hiddenCall = hidden[0];
-  if (hiddenCall !== undefined && !classified.batch) return sendJson(reply, 200, errorResponse(hiddenCall.request.id ?? null, -32602, unknownToolMessage(hiddenCall.name)));
+  if (hiddenCall !== undefined && !classified.batch) return void sendRpcError(reply, unknownTool(hiddenCall), hiddenCall.request.id ?? null);
   const priced = classified.toolCalls.filter((toolCall) => deps.pricing.priceOf(toolCall.name) !== undefined);
   if (priced.length === 0 && hidden.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
   if (!classified.batch) return authorisePricedCall(deps, call, request, reply, classified.era, priced[0] as ToolCall, principal, sessionId);
@@ -92,8 +92,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
 /** GET (a stream) and DELETE: authentication only; a GET stream is read event by event (tools/list results shown as the caller may see them). */
 async function allowStream(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply): Promise<void> {
   call.method = request.method;
-  const principal = await authenticate(deps, request, reply, []);
-  if (principal === undefined) return;
+  const principal = await authenticate(deps, request, []);
   await requireSessionOwner(deps, request, principal);
   if (request.method === 'GET') {
     call.sessionId = sessionOf(request);
@@ -154,7 +153,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   for (const message of classified.messages) {
     const toolCall = classified.toolCalls.find((c) => c.request === message);
     if (toolCall && deps.visibility.isHidden(toolCall.name)) {
-      answers.set(message, errorResponse(toolCall.request.id ?? null, -32602, unknownToolMessage(toolCall.name)));
+      answers.set(message, rpcErrorBody(unknownTool(toolCall), toolCall.request.id ?? null) as JsonRpcResponse);
       continue;
     }
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
@@ -221,8 +220,8 @@ function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, tool
   return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id };
 }
 
-/** Resolves with the principal (null when auth is off), or undefined after answering 401/403; sets what the caller may see in tools/list. */
-async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply: FastifyReply, tools: string[]): Promise<string | null | undefined> {
+/** Resolves with the principal (null when auth is off) and sets what the caller may see in tools/list; throws TB_ERR_UNAUTHENTICATED (401) / TB_ERR_INSUFFICIENT_SCOPE (403) with its WWW-Authenticate. */
+async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, tools: string[]): Promise<string | null> {
   if (!deps.authenticator) {
     request.mcpCall.toolView = deps.visibility.viewFor(null);
     return null;
@@ -232,9 +231,8 @@ async function authenticate(deps: McpPolicyDeps, request: FastifyRequest, reply:
     request.mcpCall.toolView = deps.visibility.viewFor(outcome.scopes);
     return outcome.principal;
   }
-  reply.header('www-authenticate', outcome.wwwAuthenticate);
-  sendJson(reply, outcome.status, errorResponse(request.mcpCall.requestId, outcome.status === 401 ? -32001 : -32003, outcome.message));
-  return undefined;
+  const code = outcome.status === 401 ? 'TB_ERR_UNAUTHENTICATED' : 'TB_ERR_INSUFFICIENT_SCOPE';
+  throw new GatewayError(code, outcome.message, { headers: { 'www-authenticate': outcome.wwwAuthenticate } });
 }
 
 /**
@@ -251,6 +249,11 @@ async function requireSessionOwner(deps: McpPolicyDeps, request: FastifyRequest,
   if (owner === principal) return;
   deps.logger.info({ evt: 'session_refused', reqId: request.id, reason: owner === null ? 'unbound' : 'other_principal' }, 'a request on a session that is not its principal\'s was answered 404');
   throw new GatewayError('TB_ERR_SESSION_NOT_FOUND', 'Session not found');
+}
+
+/** SPEC §18: a call to a hidden tool is answered as the upstream would answer an unknown tool. */
+function unknownTool(toolCall: ToolCall): GatewayError {
+  return new GatewayError('TB_ERR_INVALID_PARAMS', unknownToolMessage(toolCall.name));
 }
 
 function refuseReusedIds(registry: PricedRequests, sessionId: string, messages: JsonRpcMessage[]): void {

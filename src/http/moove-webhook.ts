@@ -2,6 +2,8 @@
 // plugin. What a delivery means — the signature, the timestamp window, the link id — is the provider's
 // side, in payments/webhook.ts; this file answers fast and triggers the re-read after the response.
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import { sendErrorReply } from './error-reply.js';
+import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { MOOVE_WEBHOOK_BODY_LIMIT, MOOVE_WEBHOOK_PATH, verifyMooveWebhook } from '../payments/webhook.js';
 
@@ -52,9 +54,8 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
     scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: MOOVE_WEBHOOK_BODY_LIMIT }, (_request, body, done) => done(null, body));
 
     scope.setErrorHandler((error: { statusCode?: number }, _request, reply) => {
-      const status = error.statusCode === 413 ? 413 : error.statusCode === 415 ? 415 : 400;
-      const message = status === 413 ? `webhook body over ${MOOVE_WEBHOOK_BODY_LIMIT} bytes` : 'unreadable webhook request';
-      return reply.code(status).send({ error: message });
+      if (error.statusCode === 413) return sendErrorReply(reply, new GatewayError('TB_ERR_BODY_TOO_LARGE', `webhook body over ${MOOVE_WEBHOOK_BODY_LIMIT} bytes`));
+      return sendErrorReply(reply, new GatewayError(error.statusCode === 415 ? 'TB_ERR_UNSUPPORTED_MEDIA_TYPE' : 'TB_ERR_INVALID_REQUEST', 'unreadable webhook request'));
     });
 
     scope.addHook('onClose', async () => {
@@ -67,8 +68,9 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
       clearTimeout(timer);
     });
 
-    const notConfigured = async (_request: unknown, reply: FastifyReply): Promise<void> => {
-      if (!options.secret) await reply.code(503).send({ error: 'webhooks not configured' });
+    const notConfigured = async (_request: unknown, reply: FastifyReply): Promise<FastifyReply | undefined> => {
+      if (!options.secret) return sendErrorReply(reply, new GatewayError('TB_ERR_WEBHOOKS_OFF', 'webhooks not configured'));
+      return undefined;
     };
 
     scope.route({
@@ -81,7 +83,7 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
         const verdict = verifyMooveWebhook({ rawBody, headers: request.headers, secret: options.secret, now: clock() });
         if (!verdict.ok) {
           logger.info({ evt: 'webhook', reqId: request.id, provider: 'moove', status: verdict.status, reason: verdict.reason }, 'refused a Moove webhook');
-          return reply.code(verdict.status).send({ error: verdict.reason });
+          return sendErrorReply(reply, new GatewayError(verdict.status === 401 ? 'TB_ERR_WEBHOOK_SIGNATURE' : 'TB_ERR_INVALID_REQUEST', verdict.reason));
         }
         const { linkId, id: eventId } = verdict.event;
         if (linkId) trigger(linkId, eventId);
@@ -94,7 +96,7 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
       method: ['GET', 'HEAD', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
       url: MOOVE_WEBHOOK_PATH,
       exposeHeadRoute: false,
-      handler: async (_request, reply) => reply.code(405).header('allow', 'POST').send({ error: 'method not allowed: Moove webhooks are POST' }),
+      handler: async (_request, reply) => sendErrorReply(reply, new GatewayError('TB_ERR_METHOD_NOT_ALLOWED', 'method not allowed: Moove webhooks are POST', { headers: { allow: 'POST' } })),
     });
   });
 }

@@ -1,5 +1,6 @@
 // The payment provider interface (SPEC §7.1). Implementations: dev.ts (local checkout page) and
 // moove.ts (the Moove API). Errors are typed with a `retryable` flag; no key ever appears in one.
+import { GatewayError } from '../errors.js';
 
 export interface OpenChargeInput {
   nonce: string;
@@ -33,15 +34,16 @@ export type ProviderErrorKind = 'auth' | 'scope' | 'account_not_ready' | 'bad_am
 
 const RETRYABLE: ReadonlySet<ProviderErrorKind> = new Set(['rate_limited', 'server', 'network']);
 
-export class ProviderError extends Error {
-  readonly code = 'TB_ERR_PROVIDER' as const;
+/** A provider call that failed: TB_ERR_PROVIDER (502) on the wire, its kind for the logs and retries. */
+export class ProviderError extends GatewayError {
+  override readonly code = 'TB_ERR_PROVIDER' as const;
   readonly kind: ProviderErrorKind;
   readonly retryable: boolean;
   readonly httpStatus: number | null;
   readonly providerCode: string | null;
 
   constructor(kind: ProviderErrorKind, message: string, details: { httpStatus?: number | null; providerCode?: string | null; cause?: unknown } = {}) {
-    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    super('TB_ERR_PROVIDER', message, { cause: details.cause });
     this.name = 'ProviderError';
     this.kind = kind;
     this.retryable = RETRYABLE.has(kind);

@@ -9,7 +9,7 @@ import { fingerprint } from '../observability/fingerprint.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
 import { recordPaidCall } from '../observability/tracing.js';
-import type { PaymentProvider } from '../payments/provider.js';
+import { ProviderError, type PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
@@ -443,8 +443,8 @@ function withReceipt(message: JsonRpcResponse, receipt: { sku: string; cost: num
 
 /** A failure's stable code for logs: the gateway code, or provider_<kind>. */
 function failureCode(error: unknown): string {
-  if (error instanceof GatewayError) return error.code;
-  return error instanceof Error && 'kind' in error ? `provider_${String((error as { kind: unknown }).kind)}` : 'unknown';
+  if (error instanceof ProviderError) return `provider_${error.kind}`;
+  return error instanceof GatewayError ? error.code : 'unknown';
 }
 
 function challengeReason(decision: Extract<SpendDecision, { kind: 'insufficient' }>): ChallengeReason {

@@ -6,7 +6,9 @@
 // and the replies are merged into one JSON response in the original order. A batch is never a way
 // around the paywall: the same rules as a single call, per entry, and no event id reaches the client.
 import type { FastifyReply } from 'fastify';
-import { errorResponse, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { GatewayError } from '../errors.js';
+import { rpcErrorBody } from '../http/error-reply.js';
+import type { JsonRpcMessage, JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCall } from '../mcp/classify.js';
 import type { CallOutcome, HeldCall, PricedCall } from '../paywall/outcome.js';
 import { sendCancelled } from './cancel.js';
@@ -122,7 +124,7 @@ export class BatchExchange implements PricedForward {
       }
       if (!('method' in message) || message.id === undefined) continue; // notifications and client responses get no reply
       const reply = responseTo(responses, message.id);
-      merged.push(reply !== null && reply !== 'ambiguous' ? reply : errorResponse(message.id, -32603, failure ? 'the upstream did not answer the batch' : 'the upstream gave no single reply for this entry'));
+      merged.push(reply !== null && reply !== 'ambiguous' ? reply : (rpcErrorBody(failure ? new GatewayError('TB_ERR_UPSTREAM_UNAVAILABLE', 'the upstream did not answer the batch') : new GatewayError('TB_ERR_UPSTREAM_BAD_RESPONSE', 'the upstream gave no single reply for this entry'), message.id) as JsonRpcResponse));
     }
     if (this.#reply.raw.destroyed || this.#reply.sent) return;
     if (merged.length === 0) {

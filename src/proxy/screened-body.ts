@@ -11,7 +11,8 @@
 // (Accept-Encoding is not forwarded) and cannot screen it.
 import { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
-import { errorResponse, type JsonRpcId } from '../mcp/jsonrpc.js';
+import { sendRpcError } from '../http/error-reply.js';
+import type { JsonRpcId } from '../mcp/jsonrpc.js';
 import { mayHoldGatewayMeta, mayHoldGatewayMetaBytes, stripGatewayMeta } from '../mcp/namespace.js';
 import { DROP_DATA, rewriteSse, type SseHook } from '../mcp/sse.js';
 import type { UpstreamHead } from './call-state.js';
@@ -147,9 +148,7 @@ async function* guardedTail(first: Buffer, rest: AsyncIterator<unknown>, options
 function failBeforeHeaders(reply: FastifyReply, options: ScreenedBodyOptions, failure: UpstreamFailure): void {
   options.onFailure(failure);
   if (reply.sent || reply.raw.headersSent || reply.raw.destroyed) return;
-  reply.removeHeader('content-length');
-  reply.removeHeader('content-encoding');
-  reply.code(failure.error.status).header('content-type', 'application/json').send(JSON.stringify(errorResponse(options.requestId, failure.error.rpcCode, failure.error.message)));
+  sendRpcError(reply, failure.error, options.requestId);
 }
 
 function isEncoded(encoding: string | string[] | undefined): boolean {

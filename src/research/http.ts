@@ -8,6 +8,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isEntrypoint } from './main-module.js';
 import { createResearchServer } from './server.js';
 import type { ResearchDeps } from './tools.js';
+import { RPC } from '../errors.js';
 
 export const DEFAULT_RESEARCH_PORT = 3001;
 export const DEFAULT_RESEARCH_HOST = '127.0.0.1';
@@ -48,7 +49,7 @@ async function handle(req: IncomingMessage, res: ServerResponse, deps: ResearchD
   }
   if (req.method !== 'POST') {
     // Stateless: no standalone SSE stream to GET and no session to DELETE.
-    const body = { jsonrpc: '2.0', error: { code: -32000, message: 'Method not allowed; use POST.' }, id: null };
+    const body = { jsonrpc: '2.0', error: { code: RPC.SERVER_ERROR, message: 'Method not allowed; use POST.' }, id: null };
     return sendJson(res, 405, body, { allow: 'POST' });
   }
 

@@ -192,10 +192,10 @@ export const cases: HostileCase[] = [
   { name: 'plain JSON labelled gzip-encoded', request: { body: paid({ tollboothToken: HANDLE }), headers: { 'content-encoding': 'gzip' } }, status: 415, expect: { rpcError: -32600 } },
   { name: 'free call labelled gzip-encoded', request: { body: call('echo', { text: 'x' }), headers: { 'content-encoding': 'gzip' } }, status: 415, expect: { rpcError: -32600 } },
 
-  // --- foreign browser origins and unexpected Host headers (DNS rebinding): 403 before anything runs ---
-  { name: 'a foreign Origin', request: { body: paid({ tollboothToken: HANDLE }), headers: { origin: 'http://evil.example' } }, status: 403, expect: { rpcError: -32600 } },
-  { name: 'Origin "null" (sandboxed page)', request: { body: paid({ tollboothToken: HANDLE }), headers: { origin: 'null' } }, status: 403, expect: { rpcError: -32600 } },
-  { name: 'a Host outside allowedHosts (DNS rebinding)', request: { body: paid({ tollboothToken: HANDLE }), headers: { host: 'attacker.example' } }, status: 403, expect: { rpcError: -32600 } },
+  // --- foreign browser origins and unexpected Host headers (DNS rebinding): 403 (-32003, like every 403) before anything runs ---
+  { name: 'a foreign Origin', request: { body: paid({ tollboothToken: HANDLE }), headers: { origin: 'http://evil.example' } }, status: 403, expect: { rpcError: -32003 } },
+  { name: 'Origin "null" (sandboxed page)', request: { body: paid({ tollboothToken: HANDLE }), headers: { origin: 'null' } }, status: 403, expect: { rpcError: -32003 } },
+  { name: 'a Host outside allowedHosts (DNS rebinding)', request: { body: paid({ tollboothToken: HANDLE }), headers: { host: 'attacker.example' } }, status: 403, expect: { rpcError: -32003 } },
 
   // --- a misbehaving upstream on a paid call: refused, the credit refunded ---
   { name: 'upstream: a correct JSON result (control)', upstream: 'ok-json', request: { body: paid({ tollboothToken: HANDLE }) }, status: 200, expect: { receipt: true }, spends: 1, upstreamPricedCalls: 1 },
