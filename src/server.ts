@@ -4,9 +4,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { GatewayConfig } from './config/schema.js';
-import { ToolCatalog } from './proxy/tool-catalog.js';
-import { pricingFromConfig } from './mcp/tools-list.js';
-import { visibilityFromConfig } from './mcp/visibility.js';
 import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
 import type { Tracing } from './observability/tracing.js';
@@ -15,24 +12,21 @@ import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
 import { registerDevCheckout } from './http/dev-checkout.js';
 import type { X402Rail } from './payments/x402/rail.js';
-import { Paywall } from './paywall/decide.js';
-import { X402Calls } from './paywall/x402-calls.js';
 import type { UpstreamTarget } from './proxy/upstream-target.js';
 import { GatewayError } from './errors.js';
 import { asGatewayError, sendErrorReply } from './io/error-reply.js';
-import { registerMcpEndpoint } from './http/mcp-endpoint.js';
 import type { Store } from './store/store.js';
-import type { Authenticator } from './http/mcp-policy.js';
 import { registerOpsRoutes } from './http/ops-routes.js';
-import { createResourceServer, type ResourceServer } from './auth/resource-server.js';
-import { SessionBindings } from './auth/session-bindings.js';
-import { prmPaths, protectedResourceMetadata } from './auth/metadata.js';
+import { registerEndpoint } from './gateway/endpoint.js';
+import { DEFAULT_ENDPOINT, endpointsOf } from './gateway/endpoints.js';
 
 export interface GatewayDeps {
   store: Store;
   provider: PaymentProvider;
   /** Where MCP traffic goes: an HTTP upstream's URL, or the stdio bridge's private endpoint (SPEC §16). */
   upstream: UpstreamTarget;
+  /** The upstream of each `servers` entry (SPEC §18), by its key; the owner closes them. */
+  servers?: Record<string, UpstreamTarget>;
   logger: Logger;
   metrics: Metrics;
   now?: () => number;
@@ -80,61 +74,29 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
   });
   app.setNotFoundHandler((_request, reply) => sendErrorReply(reply, new GatewayError('TB_ERR_NOT_FOUND', 'not found')));
 
-  const pricing = pricingFromConfig(config);
   const settler = new Settler({ store: deps.store, provider: deps.provider, policy: config.payments.settlement, metrics: deps.metrics, logger: deps.logger, now });
-  const paywall = new Paywall({
-    settings: {
-      argumentName: config.handles.argumentName,
-      hashSecret: config.handles.hashSecret,
-      handleTtlMs: config.handles.ttl,
-      chargeTtlMs: config.payments.chargeTtl,
-      callDeadlineMs: config.upstream.callDeadline,
-      perHandle: config.limits.perHandle,
-      challengesPerClient: config.limits.challengesPerClient,
-      newChargesPerSecond: config.limits.newChargesPerSecond,
-    },
-    store: deps.store,
-    provider: deps.provider,
-    settler,
-    metrics: deps.metrics,
-    logger: deps.logger,
-    now,
-    x402: deps.x402Rail ? x402Calls(config, deps.x402Rail, deps) : null,
-  });
-
-  let resourceServer: ResourceServer | null = null;
-  if (config.auth.mode === 'oauth') {
-    resourceServer = createResourceServer(config.auth, { publicUrl: config.server.publicUrl, mcpPath: config.server.mcpPath, metrics: deps.metrics, clock: now });
-    const metadata = protectedResourceMetadata(config.auth, config.server.publicUrl);
-    for (const path of prmPaths(config.server.publicUrl)) app.get(path, async () => metadata);
-    app.addHook('onClose', async () => resourceServer?.close());
-  }
-
   const openStreams = new Set<ServerResponse>();
   closeUnusedConnectionsOnClose(app);
-  await registerMcpEndpoint(app, {
-    mcpPath: config.server.mcpPath,
-    target: deps.upstream,
-    upstreamHeaders: config.upstream.headers,
-    guards: { publicUrl: config.server.publicUrl, allowedOrigins: config.server.allowedOrigins, allowedHosts: config.server.allowedHosts },
-    pricing,
-    visibility: visibilityFromConfig(config),
-    anyPriced: Object.values(config.tools).some((tool) => tool.sku !== undefined && !tool.hidden),
-    paywall,
-    catalog: new ToolCatalog(deps.upstream, { upstreamHeaders: config.upstream.headers, now }),
-    authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,
-    sessions: resourceServer ? new SessionBindings({ store: deps.store, now }) : null,
-    store: deps.store,
-    callDeadlineMs: config.upstream.callDeadline,
-    maxResponseBytes: config.upstream.maxResponseBytes,
-    bodyLimit: config.server.bodyLimit,
-    metrics: deps.metrics,
-    logger: deps.logger,
-    now,
-    openStreams,
-    tracing: deps.tracing ?? null,
-  });
-  registerOpsRoutes(app, { store: deps.store, upstream: deps.upstream, metrics: deps.metrics, metricsConfig: config.metrics });
+  // One MCP endpoint per entry (SPEC §18): the top-level one, then each of `servers`, each before its own upstream.
+  const servers: Record<string, UpstreamTarget> = {};
+  for (const endpoint of endpointsOf(config)) {
+    const target = endpoint.name === DEFAULT_ENDPOINT ? deps.upstream : deps.servers?.[endpoint.name];
+    if (!target) throw new Error(`no upstream target for servers.${endpoint.name}`);
+    if (endpoint.name !== DEFAULT_ENDPOINT) servers[endpoint.name] = target;
+    await registerEndpoint(app, config, endpoint, {
+      store: deps.store,
+      provider: deps.provider,
+      settler,
+      target,
+      metrics: deps.metrics,
+      logger: deps.logger,
+      now,
+      tracing: deps.tracing ?? null,
+      x402Rail: deps.x402Rail ?? null,
+      openStreams,
+    });
+  }
+  registerOpsRoutes(app, { store: deps.store, upstream: deps.upstream, servers, metrics: deps.metrics, metricsConfig: config.metrics });
   if (deps.provider.name === 'dev') registerDevCheckout(app, { store: deps.store, publicUrl: config.server.publicUrl, now, onPaid: (linkId) => settler.observeByRef(linkId) });
   deps.registerProviderRoutes?.(app, settler);
 
@@ -164,21 +126,4 @@ function closeUnusedConnectionsOnClose(app: FastifyInstance): void {
     for (const socket of unused) socket.destroy();
     unused.clear();
   });
-}
-
-function x402Calls(config: GatewayConfig, rail: X402Rail, deps: GatewayDeps): X402Calls {
-  const x402Prices = Object.fromEntries(Object.entries(config.skus).map(([sku, { x402Price }]) => [sku, x402Price]));
-  return new X402Calls({
-    rail,
-    store: deps.store,
-    // A paid retry per client is throttled like paid calls per handle, in a bucket of its own.
-    settings: { endpointUrl: config.server.publicUrl, x402Prices, perClient: config.limits.perHandle, argumentName: config.handles.argumentName },
-    metrics: deps.metrics,
-    logger: deps.logger,
-  });
-}
-
-/** One call for the whole request, batch or not: the resource server needs every tool's scopes at once (auth/scopes.ts). */
-function adaptAuthenticator(server: ResourceServer): Authenticator {
-  return { authenticate: (authorization, needs) => server.authenticate(authorization, needs) };
 }

@@ -12,14 +12,21 @@ import { X402Rail } from './payments/x402/rail.js';
 import { Reconciler } from './payments/reconciler.js';
 import { registerMooveWebhookRoute } from './http/moove-webhook.js';
 import { MOOVE_WEBHOOK_EVENT_MEMORY_MS } from './payments/webhook.js';
-import { startBridge } from './bridge/index.js';
-import { httpUpstreamTarget, type UpstreamTarget } from './proxy/upstream-target.js';
+import { configSha, maxCallDeadline, prepareReload } from './gateway/reload.js';
+import { GatewaySwitch } from './gateway/switch.js';
+import { UpstreamPool, type EndpointUpstreams } from './gateway/upstreams.js';
+import type { ReloadResult } from './observability/metrics.js';
 import { buildGateway, type Gateway } from './server.js';
 import { createStore } from './store/create.js';
 import type { Store } from './store/store.js';
 
 export interface RunningGateway {
-  gateway: Gateway;
+  /** The gateway serving new requests (a reload replaces it). */
+  readonly gateway: Gateway;
+  /** The effective config (a reload replaces it). */
+  readonly config: GatewayConfig;
+  /** SPEC §18: re-read and apply the config file (what SIGHUP does); resolves with the result. */
+  reload(): Promise<ReloadResult>;
   url: string;
   store: Store;
   reconciler: Reconciler;
@@ -37,31 +44,21 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   // Off (no otlpEndpoint): null, and nothing of OpenTelemetry is loaded.
   const tracing = await startTracing(config.tracing, logger);
   const metrics = createMetrics(() => store.countPendingCharges());
-  // A stdio upstream is served by the bridge on a private socket; the proxy reaches it like any HTTP upstream (SPEC §16).
-  const stdio = config.upstream.stdio;
-  const upstream: UpstreamTarget =
-    config.upstream.command && stdio
-      ? await startBridge({
-          command: config.upstream.command,
-          sessions: stdio.sessions,
-          maxChildren: stdio.maxChildren,
-          idleTimeoutMs: stdio.idleTimeout,
-          maxLineBytes: config.upstream.maxResponseBytes,
-          maxBodyBytes: config.server.bodyLimit,
-          logger,
-        })
-      : httpUpstreamTarget(config.upstream.url as string);
+  // Every endpoint's upstream (SPEC §16, §18): an HTTP agent, or a stdio bridge on a private socket the proxy reaches like any HTTP upstream.
+  const upstreams = new UpstreamPool({ logger });
+  const targets = await upstreams.acquire(config);
   const provider: PaymentProvider =
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })
       : new DevProvider({ store, publicUrl: config.server.publicUrl });
   const x402Rail = X402Rail.fromConfig(config, { store, logger, metrics, clock: now }); // null when payments.x402 is off
 
-  const gateway = await buildGateway(config, {
+  const build = (next: GatewayConfig, nextTargets: EndpointUpstreams): Promise<Gateway> => buildGateway(next, {
     // Traced: store and provider calls made for a request become children of its span (elsewhere they run as they are).
     store: tracing ? tracing.traceStore(store) : store,
     provider: tracing ? tracing.traceProvider(provider) : provider,
-    upstream,
+    upstream: nextTargets.upstream,
+    servers: nextTargets.servers,
     logger,
     metrics,
     now,
@@ -69,7 +66,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     tracing,
     registerProviderRoutes: (app, settler) =>
       registerMooveWebhookRoute(app, {
-        secret: config.payments.provider === 'moove' ? config.payments.moove.webhookSecret : '',
+        secret: next.payments.provider === 'moove' ? next.payments.moove.webhookSecret : '',
         logger,
         onLink: async (linkId) => {
           await settler.observeByRef(linkId);
@@ -77,30 +74,85 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
         claimEvent: (eventId) => store.claimEvent('moove', eventId, MOOVE_WEBHOOK_EVENT_MEMORY_MS),
       }),
   });
+  const gateway = await build(config, targets);
+  await gateway.app.ready();
+  const front = new GatewaySwitch(gateway);
   const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval, now });
 
-  await gateway.app.listen({ host: config.server.host, port: config.server.port });
+  await new Promise<void>((resolve, reject) => {
+    front.server.once('error', reject);
+    front.server.listen({ host: config.server.host, port: config.server.port }, () => {
+      front.server.off('error', reject);
+      resolve();
+    });
+  });
   reconciler.start();
-  const address = gateway.app.server.address();
+  const address = front.server.address();
   const port = typeof address === 'object' && address ? address.port : config.server.port;
   logger.info({ evt: 'start', config: maskSecrets(config), configPath: options.configPath, port }, 'tollbooth gateway listening');
   if (provider.name === 'dev') {
     logger.warn({ evt: 'dev_provider' }, 'payments.provider is "dev": checkout links are local test pages and no real money moves. Do not use in production.');
   }
 
+  // SPEC §18: the config this process runs; a reload replaces it (and the gateway built from it) as a whole.
+  let effective = config;
+  metrics.configInfo.set({ sha: configSha(config) }, 1);
+  const drainMs = (running: GatewayConfig): number => maxCallDeadline(running) + 1_000;
+
   let closing: Promise<void> | null = null;
+  // The upstreams each gateway still serving requests uses: one no gateway uses any more is closed.
+  const inUse = new Map<Gateway, Set<string>>([[gateway, targets.keys]]);
+  const releaseUnused = (): Promise<void> => upstreams.retainOnly(new Set([...inUse.values()].flatMap((keys) => [...keys])));
+  let reloading: Promise<ReloadResult> = Promise.resolve('success');
+  const reload = (): Promise<ReloadResult> => {
+    reloading = reloading.then(async () => {
+      if (!options.configPath) throw new Error('reload needs the config file the gateway was started from');
+      if (closing) return 'refused';
+      const outcome = prepareReload(effective, options.configPath);
+      if (outcome.result !== 'success') {
+        metrics.configReloads.inc({ result: outcome.result });
+        logger.error({ evt: 'config_reload', result: outcome.result, file: options.configPath, path: outcome.path, line: outcome.line }, outcome.message);
+        return outcome.result;
+      }
+      const next = outcome.config;
+      let nextTargets: EndpointUpstreams;
+      let nextGateway: Gateway;
+      try {
+        nextTargets = await upstreams.acquire(next);
+        nextGateway = await build(next, nextTargets);
+        await nextGateway.app.ready();
+      } catch (error) {
+        await releaseUnused();
+        metrics.configReloads.inc({ result: 'invalid' });
+        logger.error({ evt: 'config_reload', result: 'invalid', file: options.configPath, code: (error as { code?: string }).code }, `${options.configPath}: the new config could not be started: ${(error as Error).message}`);
+        return 'invalid';
+      }
+      const previous = effective;
+      const previousGateway = front.current;
+      effective = next;
+      inUse.set(nextGateway, nextTargets.keys);
+      metrics.configInfo.reset();
+      metrics.configInfo.set({ sha: configSha(next) }, 1);
+      metrics.configReloads.inc({ result: 'success' });
+      // Atomic for new requests; the previous gateway drains in the background, then upstreams no config uses close.
+      const drained = front.swap(nextGateway, drainMs(previous));
+      logger.info({ evt: 'config_reload', result: 'success', file: options.configPath, sha: configSha(next), servers: Object.keys(next.servers) }, 'config reloaded');
+      void drained
+        .then(() => {
+          inUse.delete(previousGateway);
+          return closing ? undefined : releaseUnused();
+        })
+        .catch(() => undefined);
+      return 'success';
+    });
+    return reloading;
+  };
+
   const close = (): Promise<void> => {
     closing ??= (async () => {
       await reconciler.stop();
-      gateway.endStreams();
-      const drained = gateway.app.close();
-      // Keep-alive connections that finish their last call while we drain would hold close() open.
-      const sweeper = setInterval(() => gateway.app.server.closeIdleConnections(), 100);
-      const deadline = new Promise<void>((resolve) => setTimeout(resolve, config.upstream.callDeadline + 1_000).unref());
-      await Promise.race([drained, deadline]);
-      clearInterval(sweeper);
-      gateway.app.server.closeAllConnections();
-      await upstream.close().catch(() => undefined);
+      await front.close(drainMs(effective));
+      await upstreams.closeAll().catch(() => undefined);
       await provider.close?.().catch(() => undefined);
       await x402Rail?.close().catch(() => undefined);
       await store.close().catch(() => undefined);
@@ -108,7 +160,19 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     })();
     return closing;
   };
-  return { gateway, url: `http://${config.server.host}:${port}${config.server.mcpPath}`, store, reconciler, close };
+  return {
+    get gateway() {
+      return front.current;
+    },
+    get config() {
+      return effective;
+    },
+    url: `http://${config.server.host}:${port}${config.server.mcpPath}`,
+    store,
+    reconciler,
+    reload,
+    close,
+  };
 }
 
 /** The CLI's `start`: run until a signal, then drain and exit 0. */
@@ -124,4 +188,8 @@ export async function startGateway(config: GatewayConfig, options: { configPath:
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
+  process.on('SIGHUP', () => {
+    logger.info({ evt: 'config_reload_requested', signal: 'SIGHUP', file: options.configPath }, 're-reading the config file');
+    running.reload().catch((error: unknown) => logger.error({ evt: 'config_reload', result: 'invalid', file: options.configPath, code: (error as { code?: string }).code }, 'config reload failed'));
+  });
 }

@@ -18,6 +18,12 @@ export interface SessionBindingOptions {
   /** How long a remembered owner is trusted before it is read again (and the store's TTL slid). */
   cacheMaxAgeMs?: number;
   ttlMs?: number;
+  /**
+   * The endpoint the sessions belong to (SPEC §18): a session handed out at one endpoint is bound under
+   * that endpoint's name, so at any other endpoint it has no binding and is refused (404). `default`
+   * (the top-level endpoint) keeps the plain session hash.
+   */
+  endpoint?: string;
 }
 
 const DEFAULT_CACHE_SIZE = 10_000;
@@ -29,6 +35,7 @@ export class SessionBindings {
   readonly #cacheSize: number;
   readonly #cacheMaxAgeMs: number;
   readonly #ttlMs: number;
+  readonly #endpoint: string;
   /** session id → its owner and when the store said so; Map order is the eviction order (oldest use first). */
   readonly #owners = new Map<string, { principal: string; readAt: number }>();
 
@@ -38,6 +45,7 @@ export class SessionBindings {
     this.#cacheSize = options.cacheSize ?? DEFAULT_CACHE_SIZE;
     this.#cacheMaxAgeMs = options.cacheMaxAgeMs ?? DEFAULT_CACHE_MAX_AGE_MS;
     this.#ttlMs = options.ttlMs ?? SESSION_BINDING_TTL_MS;
+    this.#endpoint = options.endpoint ?? 'default';
   }
 
   /** The principal the session belongs to, or null when none is recorded. Rejects when the store fails. */
@@ -49,7 +57,7 @@ export class SessionBindings {
       this.#owners.set(sessionId, cached);
       return cached.principal;
     }
-    const principal = await this.#store.sessionPrincipal(sessionHash(sessionId), this.#ttlMs);
+    const principal = await this.#store.sessionPrincipal(this.#key(sessionId), this.#ttlMs);
     if (principal === null) this.#owners.delete(sessionId);
     else this.#remember(sessionId, principal, now);
     return principal;
@@ -57,9 +65,13 @@ export class SessionBindings {
 
   /** Records that `principal` created the session; resolves with its owner (the first binding wins). Rejects when the store fails. */
   async bind(sessionId: string, principal: string): Promise<string> {
-    const owner = await this.#store.bindSession(sessionHash(sessionId), principal, this.#ttlMs);
+    const owner = await this.#store.bindSession(this.#key(sessionId), principal, this.#ttlMs);
     this.#remember(sessionId, owner, this.#now());
     return owner;
+  }
+
+  #key(sessionId: string): string {
+    return this.#endpoint === 'default' ? sessionHash(sessionId) : sessionHash(`${this.#endpoint}\n${sessionId}`);
   }
 
   #remember(sessionId: string, principal: string, readAt: number): void {

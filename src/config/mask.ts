@@ -11,8 +11,9 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   moove.apiKey = maskValue(moove.apiKey);
   moove.webhookSecret = maskValue(moove.webhookSecret);
   copy.handles.hashSecret = maskValue(copy.handles.hashSecret);
-  for (const name of Object.keys(copy.upstream.headers)) {
-    copy.upstream.headers[name] = maskValue(copy.upstream.headers[name] ?? '');
+  for (const upstream of [copy.upstream, ...Object.values(copy.servers).map((entry) => entry.upstream)]) {
+    for (const name of Object.keys(upstream.headers)) upstream.headers[name] = maskValue(upstream.headers[name] ?? '');
+    if (upstream.url !== undefined) upstream.url = maskUrlSecrets(upstream.url);
   }
   copy.payments.x402.facilitatorUrl = maskUrlSecrets(copy.payments.x402.facilitatorUrl);
   const { redis } = copy.store;
@@ -20,7 +21,6 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
     if (redis.url !== undefined) redis.url = maskUrlSecrets(redis.url);
     if (redis.cluster) redis.cluster = redis.cluster.map(maskUrlSecrets);
   }
-  if (copy.upstream.url !== undefined) copy.upstream.url = maskUrlSecrets(copy.upstream.url);
   moove.baseUrl = maskUrlSecrets(moove.baseUrl);
   copy.auth.jwksUrl = maskUrlSecrets(copy.auth.jwksUrl);
   copy.tracing.otlpEndpoint = maskUrlSecrets(copy.tracing.otlpEndpoint);

@@ -246,6 +246,18 @@ const toolPriceSchema = z
     }
   });
 
+/** SPEC §18: one more MCP endpoint in front of its own upstream; SKUs and handles are the top level's. */
+const serverEntrySchema = z.strictObject({
+  path: z.string().regex(/^\/\S*$/, 'a path starting with "/"'),
+  upstream: upstreamSchema,
+  tools: z.record(z.string(), toolPriceSchema).default({}),
+  toolScopes: z.record(z.string(), scopeList).default({}),
+});
+/** A `servers` key names the endpoint in metrics and logs: a short label, never `default` (the top-level endpoint's). */
+const SERVER_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,62}$/;
+/** Paths the gateway serves itself (SPEC §4): no MCP endpoint may take them. */
+const OPS_PREFIXES = ['/healthz', '/readyz', '/tollbooth/', '/.well-known/'];
+
 const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst: positiveInt });
 
 // ── tracing (SPEC §17): OpenTelemetry spans over OTLP/HTTP, off while otlpEndpoint is empty ─────────
@@ -286,6 +298,7 @@ export const configSchema = z
     payments: paymentsSchema.prefault({}),
     skus: z.record(z.string(), skuSchema).default({}),
     tools: z.record(z.string(), toolPriceSchema).default({}),
+    servers: z.record(z.string(), serverEntrySchema).default({}),
     handles: z
       .strictObject({
         argumentName: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an identifier').default('tollboothToken'),
@@ -326,6 +339,7 @@ export const configSchema = z
       });
     }
     checkX402Currencies(config, ctx);
+    checkServers(config, ctx);
     if (config.auth.mode === 'oauth' && !config.server.publicUrl) {
       ctx.addIssue({ code: 'custom', path: ['server', 'publicUrl'], message: 'an absolute http(s) server.publicUrl because auth.mode is oauth', input: config.server.publicUrl });
     }
@@ -339,9 +353,36 @@ export const configSchema = z
     };
   });
 
+/** SPEC §18: server names, SKUs of their tools, and endpoint paths distinct from each other and from the gateway's own routes. */
+function checkServers(
+  config: { server: { mcpPath: string }; metrics: { path: string }; skus: Record<string, unknown>; servers: Record<string, { path: string; tools: Record<string, { sku?: string | undefined }> }> },
+  ctx: z.RefinementCtx,
+): void {
+  const taken = new Map<string, string>([[config.server.mcpPath, 'server.mcpPath'], [config.metrics.path, 'metrics.path']]);
+  for (const [name, entry] of Object.entries(config.servers)) {
+    if (!SERVER_NAME.test(name) || name === 'default') {
+      ctx.addIssue({ code: 'custom', path: ['servers', name], message: 'a server name of letters, digits, "-" and "_" starting with a letter, other than "default" (it labels metrics and logs)', input: name, params: { found: JSON.stringify(name) } });
+    }
+    for (const [tool, price] of Object.entries(entry.tools)) {
+      if (price.sku !== undefined && !Object.hasOwn(config.skus, price.sku)) {
+        ctx.addIssue({ code: 'custom', path: ['servers', name, 'tools', tool, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: price.sku });
+      }
+    }
+    const path = entry.path;
+    const clash = taken.get(path) ?? OPS_PREFIXES.find((prefix) => path === prefix || path.startsWith(prefix.endsWith('/') ? prefix : `${prefix}/`) || `${path}/` === prefix);
+    if (clash !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['servers', name, 'path'], message: 'a path no other endpoint or gateway route uses', input: path, params: { found: `${JSON.stringify(path)}, which ${clash.startsWith('/') ? `is the gateway's own ${clash} route` : `is already ${clash}`}` } });
+    } else {
+      taken.set(path, `servers.${name}.path`);
+    }
+  }
+}
+
 export type ConfigInput = z.input<typeof configSchema>;
 export type GatewayConfig = z.output<typeof configSchema>;
 export type SkuConfig = GatewayConfig['skus'][string];
 export type ToolPrice = GatewayConfig['tools'][string];
 export type X402Config = GatewayConfig['payments']['x402'];
 export type TracingConfig = GatewayConfig['tracing'];
+export type UpstreamConfig = GatewayConfig['upstream'];
+export type ServerEntryConfig = GatewayConfig['servers'][string];

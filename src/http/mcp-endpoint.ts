@@ -41,6 +41,8 @@ declare module 'fastify' {
 }
 
 export interface McpEndpointDeps extends PolicyInputs {
+  /** SPEC §18: `default` for the top-level endpoint, else its `servers` key (a metric label, a log field). */
+  server?: string;
   mcpPath: string;
   target: UpstreamTarget;
   upstreamHeaders: Record<string, string>;
@@ -63,7 +65,7 @@ const CLIENT_GONE = new UpstreamAbort('client_gone');
 
 export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpointDeps): Promise<void> {
   const upstreamHeaders = normaliseUpstreamHeaders(deps.upstreamHeaders);
-  const recorder = new ProxyRecorder({ metrics: deps.metrics, logger: deps.logger, now: deps.now });
+  const recorder = new ProxyRecorder({ metrics: deps.metrics, logger: deps.logger, now: deps.now, server: deps.server });
   const registry = new PricedRequests({ store: deps.store, now: deps.now });
   const screen = new ResponseScreen({ registry, paywall: deps.paywall, logger: deps.logger });
   const pricedDeps: PricedCallDeps = {

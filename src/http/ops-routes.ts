@@ -7,12 +7,16 @@ import type { Store } from '../store/store.js';
 
 const STORE_PING_TIMEOUT_MS = 500;
 
-export function registerOpsRoutes(app: FastifyInstance, deps: { store: Store; upstream: UpstreamTarget; metrics: Metrics; metricsConfig: { enabled: boolean; path: string } }): void {
+export function registerOpsRoutes(app: FastifyInstance, deps: { store: Store; upstream: UpstreamTarget; servers?: Record<string, UpstreamTarget>; metrics: Metrics; metricsConfig: { enabled: boolean; path: string } }): void {
   app.get('/healthz', async () => ({ ok: true }));
 
   app.get('/readyz', async (_request, reply) => {
-    const [store, upstream] = await Promise.all([pingStore(deps.store), deps.upstream.probe()]);
-    const body = { ok: store.ok && upstream.ok, store, upstream };
+    const names = Object.keys(deps.servers ?? {});
+    const [store, upstream, ...probes] = await Promise.all([pingStore(deps.store), deps.upstream.probe(), ...names.map((name) => (deps.servers as Record<string, UpstreamTarget>)[name]!.probe())]);
+    // SPEC §18: every endpoint's upstream counts; `servers` lists those of the `servers` entries by key.
+    const servers = Object.fromEntries(names.map((name, index) => [name, probes[index] as { ok: boolean; detail: string }]));
+    const ok = store.ok && upstream.ok && Object.values(servers).every((probe) => probe.ok);
+    const body = names.length > 0 ? { ok, store, upstream, servers } : { ok, store, upstream };
     return reply.code(body.ok ? 200 : 503).send(body);
   });
 

@@ -32,14 +32,15 @@ export function statusClass(code: number): StatusClass {
 
 export interface Metrics {
   registry: client.Registry;
-  mcpRequests: client.Counter<'method' | 'era' | 'status'>;
-  mcpRequestDuration: client.Histogram<'method'>;
-  paidCalls: client.Counter<'tool' | 'sku' | 'outcome'>;
+  /** `server` (SPEC §18): `default` for the top-level endpoint, else its `servers` key. */
+  mcpRequests: client.Counter<'server' | 'method' | 'era' | 'status'>;
+  mcpRequestDuration: client.Histogram<'server' | 'method'>;
+  paidCalls: client.Counter<'server' | 'tool' | 'sku' | 'outcome'>;
   credits: client.Counter<'sku' | 'kind'>;
   settlements: client.Counter<'sku' | 'result'>;
   chargesOpened: client.Counter<'sku'>;
   pendingCharges: client.Gauge;
-  upstreamDuration: client.Histogram<'method' | 'outcome'>;
+  upstreamDuration: client.Histogram<'server' | 'method' | 'outcome'>;
   providerRequests: client.Counter<'op' | 'status'>;
   storeErrors: client.Counter<'op'>;
   authFailures: client.Counter<'reason'>;
@@ -48,7 +49,13 @@ export interface Metrics {
   /** Set to the unix time (seconds) at the end of every reconciler pass this replica ran. */
   reconcilerLastRun: client.Gauge;
   x402Payments: client.Counter<'sku' | 'result'>;
+  /** SIGHUP reloads (SPEC §18), by result; the start is not one. */
+  configReloads: client.Counter<'result'>;
+  /** 1 for the sha256 prefix of the effective config this process runs (one series at a time). */
+  configInfo: client.Gauge<'sha'>;
 }
+
+export type ReloadResult = 'success' | 'invalid' | 'refused';
 
 /**
  * One registry per gateway instance (tests build several in one process).
@@ -65,9 +72,9 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
   const storeUp = new client.Gauge({ name: 'tollbooth_store_up', help: 'Whether the store answered its last ping (1) or not (0).', registers });
   return {
     registry,
-    mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by method, era and HTTP status class (2xx … 5xx).', labelNames: ['method', 'era', 'status'], registers }),
-    mcpRequestDuration: new client.Histogram({ name: 'tollbooth_mcp_request_duration_seconds', help: 'Time to answer an MCP request (to response headers for streams).', labelNames: ['method'], buckets: LATENCY_BUCKETS, registers }),
-    paidCalls: new client.Counter({ name: 'tollbooth_paid_calls_total', help: 'Calls of priced tools, by outcome.', labelNames: ['tool', 'sku', 'outcome'], registers }),
+    mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by endpoint, method, era and HTTP status class (2xx … 5xx).', labelNames: ['server', 'method', 'era', 'status'], registers }),
+    mcpRequestDuration: new client.Histogram({ name: 'tollbooth_mcp_request_duration_seconds', help: 'Time to answer an MCP request (to response headers for streams).', labelNames: ['server', 'method'], buckets: LATENCY_BUCKETS, registers }),
+    paidCalls: new client.Counter({ name: 'tollbooth_paid_calls_total', help: 'Calls of priced tools, by endpoint, tool, SKU and outcome.', labelNames: ['server', 'tool', 'sku', 'outcome'], registers }),
     credits: new client.Counter({ name: 'tollbooth_credits_total', help: 'Credits granted, spent and refunded.', labelNames: ['sku', 'kind'], registers }),
     settlements: new client.Counter({ name: 'tollbooth_settlements_total', help: 'Charges settled, by result.', labelNames: ['sku', 'result'], registers }),
     chargesOpened: new client.Counter({ name: 'tollbooth_charges_opened_total', help: 'Checkout links opened.', labelNames: ['sku'], registers }),
@@ -85,12 +92,14 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
         }
       },
     }),
-    upstreamDuration: new client.Histogram({ name: 'tollbooth_upstream_duration_seconds', help: 'Upstream request time, by method and outcome.', labelNames: ['method', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
+    upstreamDuration: new client.Histogram({ name: 'tollbooth_upstream_duration_seconds', help: 'Upstream request time, by endpoint, method and outcome.', labelNames: ['server', 'method', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
     providerRequests: new client.Counter({ name: 'tollbooth_provider_requests_total', help: 'Payment provider API requests, by operation and status.', labelNames: ['op', 'status'], registers }),
     storeErrors: new client.Counter({ name: 'tollbooth_store_errors_total', help: 'Store operations that failed, by operation.', labelNames: ['op'], registers }),
     authFailures: new client.Counter({ name: 'tollbooth_auth_failures_total', help: 'Requests refused by the OAuth resource server, by reason.', labelNames: ['reason'], registers }),
     storeUp,
     reconcilerLastRun: new client.Gauge({ name: 'tollbooth_reconciler_last_run_timestamp_seconds', help: 'Unix time of the last reconciler pass this replica completed (only the lease holder runs it).', registers }),
     x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
+    configReloads: new client.Counter({ name: 'tollbooth_config_reloads_total', help: 'Config reloads on SIGHUP, by result (success, invalid, refused).', labelNames: ['result'], registers }),
+    configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
   };
 }

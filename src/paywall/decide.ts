@@ -41,6 +41,8 @@ export interface PaywallDeps {
   now: () => number;
   /** The x402 rail's side of each step (SPEC §19); absent when payments.x402 is off. */
   x402?: X402Calls | null;
+  /** The endpoint this paywall guards (SPEC §18): `default`, or its `servers` key. Labels metrics and the call log line. */
+  server?: string;
 }
 
 interface Settled {
@@ -133,7 +135,7 @@ export class Paywall {
     // The same policy decides for an x402-paid call whether its payment is settled (§19).
     if (held.kind === 'x402') return this.#concludeX402(priced, held, outcome, keep, registration);
 
-    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: priced.call.name, reqId: priced.reqId });
+    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: this.#recordedTool(priced.call.name), reqId: priced.reqId });
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
     const logOutcome: PaidOutcome = outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
     if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent);
@@ -342,7 +344,7 @@ export class Paywall {
       handleHash,
       sku: price.sku,
       nonce: mintNonce(),
-      snapshot: { label: price.label, amount: price.amount, currency: price.currency, credits: price.credits, tool: priced.call.name },
+      snapshot: { label: price.label, amount: price.amount, currency: price.currency, credits: price.credits, tool: this.#recordedTool(priced.call.name) },
       now: now(),
       ttlMs: settings.chargeTtlMs,
       firstPollDelayMs: 3_000,
@@ -406,6 +408,12 @@ export class Paywall {
     work.catch((error: unknown) => this.#countStoreFailure(undefined, error, op));
   }
 
+  /** The tool as charges and ledger entries record it (admin output): `<server>/<tool>` outside the default endpoint (SPEC §18). */
+  #recordedTool(name: string): string {
+    const server = this.#deps.server ?? 'default';
+    return server === 'default' ? name : `${server}/${name}`;
+  }
+
   #logCall(priced: PricedCall, outcome: PaidOutcome, facts: CallFacts, cost: number): void {
     this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts, outcome, cost, startedAt: priced.startedAt });
   }
@@ -413,10 +421,11 @@ export class Paywall {
   /** The one log line (and counter) of a priced call (SPEC §10), wherever it is concluded. */
   #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; x402?: JsonObject }): void {
     const { metrics, logger, now } = this.#deps;
-    metrics.paidCalls.inc({ tool: line.tool, sku: line.sku, outcome: line.outcome });
+    const server = this.#deps.server ?? 'default';
+    metrics.paidCalls.inc({ server, tool: line.tool, sku: line.sku, outcome: line.outcome });
     recordPaidCall(line.tool, line.sku, line.outcome, line.cost);
     // An x402-paid call adds payer (shortened), network, amount (atomic units) and settled: never the payment or its signature.
-    logger.info({ evt: 'call', reqId: line.reqId, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}), ...line.x402 });
+    logger.info({ evt: 'call', reqId: line.reqId, server, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}), ...line.x402 });
   }
 }
 

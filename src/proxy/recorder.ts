@@ -21,7 +21,11 @@ export class ProxyRecorder {
   readonly #durations = new Map<string, HistogramChild>();
   readonly #upstream = new Map<string, Map<string, HistogramChild>>();
 
-  constructor(deps: { metrics: Metrics; logger: Logger; now: () => number }) {
+  /** The endpoint (SPEC §18): `default` or its `servers` key. */
+  readonly #server: string;
+
+  constructor(deps: { metrics: Metrics; logger: Logger; now: () => number; server?: string }) {
+    this.#server = deps.server ?? 'default';
     this.#metrics = deps.metrics;
     this.#logger = deps.logger;
     this.#now = deps.now;
@@ -36,10 +40,10 @@ export class ProxyRecorder {
     let byStatus = byEra.get(call.era);
     if (!byStatus) byEra.set(call.era, (byStatus = new Map()));
     let counter = byStatus.get(status);
-    if (!counter) byStatus.set(status, (counter = this.#metrics.mcpRequests.labels(method, call.era, status)));
+    if (!counter) byStatus.set(status, (counter = this.#metrics.mcpRequests.labels(this.#server, method, call.era, status)));
     counter.inc();
     let duration = this.#durations.get(method);
-    if (!duration) this.#durations.set(method, (duration = this.#metrics.mcpRequestDuration.labels(method)));
+    if (!duration) this.#durations.set(method, (duration = this.#metrics.mcpRequestDuration.labels(this.#server, method)));
     duration.observe((this.#now() - call.startedAt) / 1000);
   }
 
@@ -49,7 +53,7 @@ export class ProxyRecorder {
     let byOutcome = this.#upstream.get(method);
     if (!byOutcome) this.#upstream.set(method, (byOutcome = new Map()));
     let histogram = byOutcome.get(outcome);
-    if (!histogram) byOutcome.set(outcome, (histogram = this.#metrics.upstreamDuration.labels(method, outcome)));
+    if (!histogram) byOutcome.set(outcome, (histogram = this.#metrics.upstreamDuration.labels(this.#server, method, outcome)));
     histogram.observe((this.#now() - (call.forwardedAt || call.startedAt)) / 1000);
   }
 
@@ -67,7 +71,7 @@ export class ProxyRecorder {
     if (failure.outcome === 'client_gone') return;
     const cause = failure.error.cause as { code?: unknown } | undefined;
     this.#logger.warn(
-      { evt: 'upstream_failed', reqId, method: methodLabel(call.method), outcome: failure.outcome, code: failure.error.code, cause: typeof cause?.code === 'string' ? cause.code : undefined },
+      { evt: 'upstream_failed', reqId, server: this.#server, method: methodLabel(call.method), outcome: failure.outcome, code: failure.error.code, cause: typeof cause?.code === 'string' ? cause.code : undefined },
       failure.error.message,
     );
   }

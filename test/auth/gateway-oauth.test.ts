@@ -249,7 +249,7 @@ t.test('binding: a handle minted for A works for A after paying and is refused f
   const metricsAfter = await (await fetch(`${gateway.origin}/metrics`)).text();
   const charges = (text: string) => /^tollbooth_charges_opened_total\{sku="research"\} (\d+)/m.exec(text)?.[1];
   t.equal(charges(metricsAfter), charges(metricsBefore), 'no charge opened for B');
-  t.match(metricsAfter, /tollbooth_paid_calls_total\{tool="fetch_readable",sku="research",outcome="refused_bound"\} 1/);
+  t.match(metricsAfter, /tollbooth_paid_calls_total\{server="default",tool="fetch_readable",sku="research",outcome="refused_bound"\} 1/);
 
   const againForA = await post(gateway, callTool('fetch_readable', { ...args, tollboothToken: handle }), alice);
   t.same(againForA.body.result?._meta?.['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 1 }, "B's attempt cost A nothing");

@@ -333,7 +333,7 @@ t.test('secrets scan: no payload, signature or authorization nonce in logs or /m
   await callPaid(client, 'fetch_readable', { url: 'https://example.com/s3' }, refused);
   const metrics = (await gateway.gateway.app.inject({ method: 'GET', url: '/metrics' })).body;
   t.match(metrics, /tollbooth_x402_payments_total\{sku="research",result="settled"\} 1/);
-  t.match(metrics, /tollbooth_paid_calls_total\{tool="fetch_readable",sku="research",outcome="authorised"\} 2/);
+  t.match(metrics, /tollbooth_paid_calls_total\{server="default",tool="fetch_readable",sku="research",outcome="authorised"\} 2/);
   const logs = gateway.logText();
   t.ok(logs.includes('"rail":"x402"'), 'the logs do speak of the x402 rail');
   for (const payload of payloads) {

@@ -70,7 +70,7 @@ t.test('metrics carry no handle, link id or argument', async (t) => {
   await fetch(`${first.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
   await callTool(gateway, 'fetch_readable', { url: 'https://m.example/METRICARG', tollboothToken: first.retry.value });
   const metrics = (await gateway.gateway.app.inject({ method: 'GET', url: '/metrics' })).body;
-  t.match(metrics, /tollbooth_paid_calls_total\{tool="fetch_readable",sku="research",outcome="authorised"\} 1/);
+  t.match(metrics, /tollbooth_paid_calls_total\{server="default",tool="fetch_readable",sku="research",outcome="authorised"\} 1/);
   t.notOk(metrics.includes(first.retry.value));
   t.notOk(metrics.includes((first.checkoutUrl as string).split('/').at(-1) as string));
   t.notOk(metrics.includes('METRICARG'));
