@@ -28,7 +28,8 @@ import { normaliseUpstreamHeaders, toClientHeaders, toUpstreamHeaders, type Head
 import type { PricedCallDeps } from '../proxy/priced-call.js';
 import { PricedRequests } from '../proxy/priced-requests.js';
 import { ProxyRecorder } from '../proxy/recorder.js';
-import { discard, parseJsonOrUndefined } from '../proxy/reply-reader.js';
+import { discard } from '../io/body.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 import { ResponseScreen } from '../proxy/response-screen.js';
 import { classifyUpstreamError, UpstreamAbort } from '../proxy/upstream-failure.js';
 import type { UpstreamTarget } from '../proxy/upstream-target.js';

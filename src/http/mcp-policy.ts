@@ -25,7 +25,7 @@ import type { McpCall } from '../proxy/call-state.js';
 import { isJson, isPlainJson } from '../proxy/headers.js';
 import { PricedExchange, type PricedCallDeps, type Registration } from '../proxy/priced-call.js';
 import type { PricedRequests } from '../proxy/priced-requests.js';
-import { parseJsonOrUndefined } from '../proxy/reply-reader.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 
 export interface Authenticator {
   authenticate(authorization: string | undefined, needs: { tools: string[] }): Promise<

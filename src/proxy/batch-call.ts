@@ -14,7 +14,8 @@ import type { CallOutcome, HeldCall, PricedCall } from '../paywall/outcome.js';
 import { sendCancelled } from './cancel.js';
 import type { McpCall, PricedForward, UpstreamHead } from './call-state.js';
 import type { PricedCallDeps, Registration } from './priced-call.js';
-import { collectResponses, discard, responseTo } from './reply-reader.js';
+import { discard } from '../io/body.js';
+import { collectResponses, responseTo } from './reply-reader.js';
 import { classifyUpstreamError, UpstreamAbort, type UpstreamOutcome } from './upstream-failure.js';
 import { HeadRace } from './upstream-head.js';
 

@@ -14,9 +14,6 @@ import { mayHoldGatewayMeta, stripGatewayMeta } from '../mcp/namespace.js';
 import { BLANK_LINE, DROP_DATA, SseSplitter, type SseEvent, type SseReplacement } from '../mcp/sse.js';
 import { isEventStream, isJson } from './headers.js';
 
-// The proxy's modules take these two from here with the rest of the reader; they live in io/.
-export { discard, parseJsonOrUndefined };
-
 export interface ReplyValue {
   /** The SSE event this value came from, or null for a JSON body. */
   event: SseEvent | null;

@@ -17,7 +17,8 @@ import { mayHoldGatewayMeta, mayHoldGatewayMetaBytes, stripGatewayMeta } from '.
 import { DROP_DATA, rewriteSse, type SseHook } from '../mcp/sse.js';
 import type { UpstreamHead } from './call-state.js';
 import { isEventStream, isJson } from './headers.js';
-import { discard, parseJsonOrUndefined } from './reply-reader.js';
+import { discard } from '../io/body.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 import { classifyUpstreamError, upstreamFailure, type UpstreamFailure } from './upstream-failure.js';
 
 export interface ScreenedBodyOptions {

@@ -2,7 +2,7 @@
 // response hook (the head), its error hook and the call's deadline wins; whatever comes after is
 // dropped (a head that arrives after the deadline has its body discarded).
 import type { UpstreamHead } from './call-state.js';
-import { discard } from './reply-reader.js';
+import { discard } from '../io/body.js';
 import { classifyUpstreamError, upstreamFailure, type UpstreamFailure } from './upstream-failure.js';
 
 export type Head = { kind: 'head'; head: UpstreamHead } | { kind: 'failed'; failure: UpstreamFailure };
