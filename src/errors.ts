@@ -1,6 +1,6 @@
 // The one error table (SPEC §4, §5.2, §9). Every refusal the gateway answers carries a stable TB_ERR_*
 // code; the table says exactly what goes on the wire for it: the HTTP status (on every route) and the
-// JSON-RPC error code (on the MCP endpoint). Written by http/error-reply.ts, nowhere else. Every code
+// JSON-RPC error code (on the MCP endpoint). Written by io/error-reply.ts, nowhere else. Every code
 // in the table is raised somewhere (test/errors.test.ts walks it).
 
 /** JSON-RPC error numbers, the only place they are spelled (the gateway, the bridge, the proxy). */

@@ -14,7 +14,7 @@ import { registerDevCheckout } from './http/dev-checkout.js';
 import type { X402Rail } from './payments/x402/rail.js';
 import type { UpstreamTarget } from './proxy/upstream-target.js';
 import { GatewayError } from './errors.js';
-import { asGatewayError, sendErrorReply } from './http/error-reply.js';
+import { asGatewayError, sendErrorReply } from './io/error-reply.js';
 import type { Store } from './store/store.js';
 import { registerOpsRoutes } from './http/ops-routes.js';
 import { registerEndpoint } from './gateway/endpoint.js';

@@ -15,7 +15,7 @@ import t, { type Test } from 'tap';
 import { Bridge } from '../src/bridge/bridge.js';
 import { loadConfig, parseConfigText } from '../src/config/load.js';
 import { ERROR_CODES, ERROR_TABLE, GatewayError, RPC, type ErrorCode } from '../src/errors.js';
-import { asGatewayError } from '../src/http/error-reply.js';
+import { asGatewayError } from '../src/io/error-reply.js';
 import { createLogger } from '../src/observability/logger.js';
 import { MooveProvider } from '../src/payments/moove.js';
 import { ProviderError } from '../src/payments/provider.js';

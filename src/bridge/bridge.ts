@@ -11,7 +11,7 @@ import { DirectSession } from './direct-session.js';
 import type { EventBufferLimits } from './event-store.js';
 import { startInitialisedChild } from './handshake.js';
 import { GatewayError, type ErrorCode } from '../errors.js';
-import { sendRpcError } from '../http/error-reply.js';
+import { sendRpcError } from '../io/error-reply.js';
 import { readBody, sendJson } from './http.js';
 import { ModernPool, serveModernRequest, type ModernTargets } from './modern.js';
 import { Multiplexer } from './multiplexer.js';
@@ -286,7 +286,7 @@ export class Bridge {
   }
 }
 
-/** The bridge's own refusal of an HTTP request: a coded GatewayError, written like the gateway's (http/error-reply.ts). */
+/** The bridge's own refusal of an HTTP request: a coded GatewayError, written like the gateway's (io/error-reply.ts). */
 function refuse(res: ServerResponse, code: ErrorCode, message: string): void {
   sendRpcError(res, new GatewayError(code, message), null);
 }

@@ -14,7 +14,7 @@ import type { Logger } from '../observability/logger.js';
 import { StdioChild, describeExit, type ChildExit, type ChildOptions } from './child.js';
 import type { EventBufferLimits } from './event-store.js';
 import { BRIDGE_ERROR, idKey, progressTokenOf } from './protocol.js';
-import { SessionChannel } from './session-channel.js';
+import { channelLimits, SessionChannel } from './session-channel.js';
 
 export interface DirectSessionOptions {
   child: ChildOptions;
@@ -46,9 +46,7 @@ export class DirectSession {
   constructor(options: DirectSessionOptions) {
     this.#options = options;
     this.channel = new SessionChannel({
-      logger: options.logger,
-      eventBuffer: options.eventBuffer,
-      maxBufferedBytes: options.maxBufferedBytes,
+      ...channelLimits(options),
       flow: { onCongested: () => this.#child.pauseOutput(), onDrained: () => this.#child.resumeOutput() },
       onMessage: (message) => this.#fromClient(message),
       onHeldDropped: (message) => this.#refuseDropped(message),

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, type Dispatcher } from 'undici';
 import { GatewayError } from '../errors.js';
-import { sendRpcError } from '../http/error-reply.js';
+import { sendRpcError } from '../io/error-reply.js';
 import type { Logger } from '../observability/logger.js';
 import { Bridge } from './bridge.js';
 import { DEFAULT_EVENT_BUFFER, type EventBufferLimits } from './event-store.js';

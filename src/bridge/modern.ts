@@ -10,7 +10,7 @@ import type { Logger } from '../observability/logger.js';
 import { StdioChild, describeExit, type ChildOptions } from './child.js';
 import { startInitialisedChild } from './handshake.js';
 import { GatewayError, RPC } from '../errors.js';
-import { sendRpcError } from '../http/error-reply.js';
+import { sendRpcError } from '../io/error-reply.js';
 import { acceptsEventStream, sendJson } from './http.js';
 import { ModernReply } from './modern-reply.js';
 import { Multiplexer } from './multiplexer.js';

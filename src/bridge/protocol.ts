@@ -196,7 +196,7 @@ export const hasCapability = (capabilities: JsonObject, name: string): boolean =
 
 /**
  * JSON-RPC errors the bridge itself answers calls with (a reply to one message, not a refusal of the HTTP
- * request: those are GatewayErrors, http/error-reply.ts). Numbers (errors.ts RPC) follow the SDK's server transports where the
+ * request: those are GatewayErrors, io/error-reply.ts). Numbers (errors.ts RPC) follow the SDK's server transports where the
  * situation is theirs (-32000 server errors, -32603 internal); `data.reason` is stable and machine-readable.
  */
 export const BRIDGE_ERROR = {

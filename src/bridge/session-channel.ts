@@ -36,6 +36,11 @@ export interface ChannelOptions {
   onDeleted(): void;
 }
 
+/** What a session hands its channel as it got it: the logger and the buffer bounds. */
+export type ChannelLimits = Pick<ChannelOptions, 'logger' | 'eventBuffer' | 'maxBufferedBytes'>;
+
+export const channelLimits = ({ logger, eventBuffer, maxBufferedBytes }: ChannelLimits): ChannelLimits => ({ logger, eventBuffer, maxBufferedBytes });
+
 export class SessionChannel {
   readonly transport: WebStandardStreamableHTTPServerTransport;
   readonly #options: ChannelOptions;

@@ -8,7 +8,7 @@ import type { Logger } from '../observability/logger.js';
 import type { EventBufferLimits } from './event-store.js';
 import { channelSink, type MuxSession, type Multiplexer } from './multiplexer.js';
 import { BRIDGE_ERROR, legacyInitializeResult } from './protocol.js';
-import { SessionChannel } from './session-channel.js';
+import { channelLimits, SessionChannel } from './session-channel.js';
 import type { StdioSupervisor } from './supervisor.js';
 
 export interface SharedSessionOptions {
@@ -32,9 +32,7 @@ export class SharedSession implements MuxSession {
   constructor(options: SharedSessionOptions) {
     this.#options = options;
     this.channel = new SessionChannel({
-      logger: options.logger,
-      eventBuffer: options.eventBuffer,
-      maxBufferedBytes: options.maxBufferedBytes,
+      ...channelLimits(options),
       onMessage: (message) => void this.#fromClient(message),
       onHeldDropped: () => undefined, // relayed requests time out in the child like any unanswered request
       onSessionId: (sessionId) => {

@@ -8,7 +8,7 @@
 // every POST), so it cannot be a cross-site forgery and is accepted, as a scripted test payment.
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../errors.js';
-import { sendErrorReply } from './error-reply.js';
+import { sendErrorReply } from '../io/error-reply.js';
 import type { Store } from '../store/store.js';
 import { isDecimalString } from '../money/decimal.js';
 import { DEV_CHECKOUT_PREFIX } from '../payments/dev.js';

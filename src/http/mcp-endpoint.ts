@@ -13,16 +13,12 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors.js';
 import { DeadlineQueue } from '../proxy/deadlines.js';
 import { createRequestGuard, type GuardSettings } from './guards.js';
-import { applyMcpPolicy, type Authenticator } from './mcp-policy.js';
+import { applyMcpPolicy, type PolicyInputs } from './mcp-policy.js';
 import { idOf, type JsonRpcId } from '../mcp/jsonrpc.js';
-import { asGatewayError, sendRpcError } from './error-reply.js';
-import type { ToolCatalog } from '../proxy/tool-catalog.js';
-import type { ToolPricing } from '../mcp/tools-list.js';
-import type { ToolVisibility } from '../mcp/visibility.js';
+import { asGatewayError, sendRpcError } from '../io/error-reply.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
-import type { Paywall } from '../paywall/decide.js';
 import type { Store } from '../store/store.js';
 import { sessionHandedOut, type SessionBindings } from '../auth/session-bindings.js';
 import { kCall, McpCall, type UpstreamHead } from '../proxy/call-state.js';
@@ -32,7 +28,8 @@ import { normaliseUpstreamHeaders, toClientHeaders, toUpstreamHeaders, type Head
 import type { PricedCallDeps } from '../proxy/priced-call.js';
 import { PricedRequests } from '../proxy/priced-requests.js';
 import { ProxyRecorder } from '../proxy/recorder.js';
-import { discard, parseJsonOrUndefined } from '../proxy/reply-reader.js';
+import { discard } from '../io/body.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 import { ResponseScreen } from '../proxy/response-screen.js';
 import { classifyUpstreamError, UpstreamAbort } from '../proxy/upstream-failure.js';
 import type { UpstreamTarget } from '../proxy/upstream-target.js';
@@ -44,22 +41,13 @@ declare module 'fastify' {
   }
 }
 
-export interface McpEndpointDeps {
+export interface McpEndpointDeps extends PolicyInputs {
   /** SPEC §18: `default` for the top-level endpoint, else its `servers` key (a metric label, a log field). */
   server?: string;
   mcpPath: string;
   target: UpstreamTarget;
   upstreamHeaders: Record<string, string>;
   guards: GuardSettings;
-  pricing: ToolPricing;
-  /** Hidden tools and what each caller may see in tools/list (SPEC §18). */
-  visibility: ToolVisibility;
-  anyPriced: boolean;
-  paywall: Paywall;
-  catalog: ToolCatalog;
-  authenticator: Authenticator | null;
-  /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
-  sessions: SessionBindings | null;
   store: Store;
   callDeadlineMs: number;
   maxResponseBytes: number;

@@ -8,7 +8,7 @@ import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { SessionBindings } from '../auth/session-bindings.js';
 import { GatewayError } from '../errors.js';
-import { rpcErrorBody, sendRpcError } from './error-reply.js';
+import { rpcErrorBody, sendRpcError } from '../io/error-reply.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
@@ -25,7 +25,7 @@ import type { McpCall } from '../proxy/call-state.js';
 import { isJson, isPlainJson } from '../proxy/headers.js';
 import { PricedExchange, type PricedCallDeps, type Registration } from '../proxy/priced-call.js';
 import type { PricedRequests } from '../proxy/priced-requests.js';
-import { parseJsonOrUndefined } from '../proxy/reply-reader.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 
 export interface Authenticator {
   authenticate(authorization: string | undefined, needs: { tools: string[] }): Promise<
@@ -33,7 +33,8 @@ export interface Authenticator {
   >;
 }
 
-export interface McpPolicyDeps {
+/** What the policy gets from the endpoint's deps as it is (mcp-endpoint.ts). */
+export interface PolicyInputs {
   pricing: ToolPricing;
   /** Hidden tools and what each caller may see in tools/list (SPEC §18). */
   visibility: ToolVisibility;
@@ -41,9 +42,12 @@ export interface McpPolicyDeps {
   paywall: Paywall;
   catalog: ToolCatalog;
   authenticator: Authenticator | null;
-  registry: PricedRequests;
   /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
   sessions: SessionBindings | null;
+}
+
+export interface McpPolicyDeps extends PolicyInputs {
+  registry: PricedRequests;
   priced: PricedCallDeps;
   logger: Logger;
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */

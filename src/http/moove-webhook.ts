@@ -2,7 +2,7 @@
 // plugin. What a delivery means — the signature, the timestamp window, the link id — is the provider's
 // side, in payments/webhook.ts; this file answers fast and triggers the re-read after the response.
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { sendErrorReply } from './error-reply.js';
+import { sendErrorReply } from '../io/error-reply.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { MOOVE_WEBHOOK_BODY_LIMIT, MOOVE_WEBHOOK_PATH, verifyMooveWebhook } from '../payments/webhook.js';

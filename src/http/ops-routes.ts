@@ -1,5 +1,6 @@
 // Operator endpoints (SPEC §4, §10): liveness, readiness (store ping ≤ 500 ms, upstream probe), metrics.
 import type { FastifyInstance } from 'fastify';
+import { withBudget } from '../io/budget.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { UpstreamTarget } from '../proxy/upstream-target.js';
 import type { Store } from '../store/store.js';
@@ -28,18 +29,10 @@ export function registerOpsRoutes(app: FastifyInstance, deps: { store: Store; up
 }
 
 async function pingStore(store: Store): Promise<{ ok: boolean; detail: string }> {
-  let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([
-      store.ping(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error('timeout')), STORE_PING_TIMEOUT_MS);
-      }),
-    ]);
+    await withBudget(store.ping(), STORE_PING_TIMEOUT_MS, 'timeout');
     return { ok: true, detail: `${store.kind} store answered` };
   } catch {
     return { ok: false, detail: `${store.kind} store did not answer within ${STORE_PING_TIMEOUT_MS} ms` };
-  } finally {
-    clearTimeout(timer);
   }
 }

@@ -30,7 +30,7 @@ import {
 import type { TracingConfig } from '../config/schema.js';
 import type { Logger } from './logger.js';
 import type { PaidOutcome } from './metrics.js';
-import type { DescribedBody, DispatchCallback, ForwardedRequest, RequestTrace, TraceableProvider, Tracing } from './tracing.js';
+import type { DescribedBody, DispatchCallback, ForwardedRequest, RequestTrace, TraceableProvider, Tracing } from './trace-types.js';
 
 /** Spans waiting for export; beyond this they are dropped (counted by the SDK), never held against a request. */
 const MAX_QUEUED_SPANS = 4096;

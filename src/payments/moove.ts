@@ -14,6 +14,8 @@
 // - Auth, scope and account-not-ready failures need an operator, not a retry: one warn line per
 //   error code per 5 minutes says what to fix.
 import { Agent, request, type Dispatcher } from 'undici';
+import { readCapped } from '../io/body.js';
+import { isRecord, parseJsonOrUndefined } from '../io/json.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { compareDecimal, isDecimalString } from '../money/decimal.js';
@@ -279,7 +281,7 @@ export class MooveProvider implements PaymentProvider {
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
       });
-      text = await readCapped(response.body, MAX_RESPONSE_BYTES);
+      text = await readCapped(response.body, MAX_RESPONSE_BYTES, (limit) => new ProviderError('bad_response', `Moove answered with a body over ${limit} bytes`));
     } catch (error) {
       this.#count(exchange.op, response ? String(response.statusCode) : 'network');
       throw transportError(error, { cancelled: signal?.aborted === true, timedOut: timeout.aborted, timeoutMs });
@@ -290,7 +292,7 @@ export class MooveProvider implements PaymentProvider {
       if (status === 429) this.#pacer.onRateLimited();
       else this.#pacer.onAnswered();
     }
-    const payload = parseJson(text);
+    const payload = parseJsonOrUndefined(text);
     if (status >= 200 && status < 300) {
       if (payload === undefined) throw new ProviderError('bad_response', `Moove answered ${status} with a body that is not JSON`, { httpStatus: status });
       return payload;
@@ -418,30 +420,6 @@ function amountField(value: unknown): string | null | undefined {
 }
 
 const isLinkId = (value: unknown): value is string => typeof value === 'string' && value.length > 0 && value.length <= LINK_ID_MAX;
-
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    return undefined;
-  }
-}
-
-async function readCapped(body: Dispatcher.ResponseData['body'], limit: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) {
-      body.destroy();
-      throw new ProviderError('bad_response', `Moove answered with a body over ${limit} bytes`);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {

@@ -10,7 +10,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
-import { RETENTION_MS, type ChargeRecord, type Store } from '../store/store.js';
+import { RETENTION_MS } from '../store/policy.js';
+import type { ChargeRecord, Store } from '../store/store.js';
 import { ProviderError, type ChargeReading, type PaymentProvider } from './provider.js';
 import { decideSettlement, type SettlementPolicy } from './settlement.js';
 

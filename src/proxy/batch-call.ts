@@ -7,15 +7,17 @@
 // around the paywall: the same rules as a single call, per entry, and no event id reaches the client.
 import type { FastifyReply } from 'fastify';
 import { GatewayError } from '../errors.js';
-import { rpcErrorBody } from '../http/error-reply.js';
+import { rpcErrorBody } from '../io/error-reply.js';
 import type { JsonRpcMessage, JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCall } from '../mcp/classify.js';
 import type { CallOutcome, HeldCall, PricedCall } from '../paywall/outcome.js';
 import { sendCancelled } from './cancel.js';
 import type { McpCall, PricedForward, UpstreamHead } from './call-state.js';
 import type { PricedCallDeps, Registration } from './priced-call.js';
-import { collectResponses, discard, responseTo } from './reply-reader.js';
-import { classifyUpstreamError, UpstreamAbort, upstreamFailure, type UpstreamFailure, type UpstreamOutcome } from './upstream-failure.js';
+import { discard } from '../io/body.js';
+import { collectResponses, responseTo } from './reply-reader.js';
+import { classifyUpstreamError, UpstreamAbort, type UpstreamOutcome } from './upstream-failure.js';
+import { HeadRace } from './upstream-head.js';
 
 export interface HeldEntry {
   call: ToolCall;
@@ -35,17 +37,12 @@ export interface BatchPlan {
   rewriteList: ((responses: JsonRpcResponse[]) => JsonRpcResponse[]) | null;
 }
 
-type Head = { kind: 'head'; head: UpstreamHead } | { kind: 'failed'; failure: UpstreamFailure };
-
 export class BatchExchange implements PricedForward {
   readonly #deps: PricedCallDeps;
   readonly #call: McpCall;
   readonly #reply: FastifyReply;
   readonly #plan: BatchPlan;
-  readonly #head: Promise<Head>;
-  #resolveHead!: (head: Head) => void;
-  #headSettled = false;
-  #expired = false;
+  readonly #race = new HeadRace();
   readonly #cancelDeadline: () => void;
 
   constructor(deps: PricedCallDeps, call: McpCall, reply: FastifyReply, plan: BatchPlan, startedAt: number) {
@@ -53,20 +50,15 @@ export class BatchExchange implements PricedForward {
     this.#call = call;
     this.#reply = reply;
     this.#plan = plan;
-    this.#head = new Promise((resolve) => (this.#resolveHead = resolve));
     this.#cancelDeadline = deps.deadlines.add(Math.max(1, startedAt + deps.callDeadlineMs - deps.now()), () => this.#onDeadline());
   }
 
   onHead(head: UpstreamHead): void {
-    if (this.#headSettled) return discard(head.stream);
-    this.#headSettled = true;
-    this.#resolveHead({ kind: 'head', head });
+    this.#race.onHead(head);
   }
 
   onError(error: unknown): void {
-    if (this.#headSettled) return;
-    this.#headSettled = true;
-    this.#resolveHead({ kind: 'failed', failure: this.#expired ? upstreamFailure('headers_timeout', error, 'the upstream did not answer within upstream.callDeadline') : classifyUpstreamError(error) });
+    this.#race.onError(error);
   }
 
   async run(): Promise<void> {
@@ -88,10 +80,10 @@ export class BatchExchange implements PricedForward {
   }
 
   async #read(): Promise<{ responses: JsonRpcResponse[]; failure: Extract<CallOutcome, { kind: 'failed' | 'deadline' }> | null }> {
-    const first = await this.#head;
+    const first = await this.#race.head;
     if (first.kind === 'failed') {
       this.#deps.recorder.failure(this.#call, this.#reply.request.id, first.failure);
-      return { responses: [], failure: first.failure.outcome === 'headers_timeout' && this.#expired ? { kind: 'deadline', accepted: false } : { kind: 'failed', accepted: false } };
+      return { responses: [], failure: first.failure.outcome === 'headers_timeout' && this.#race.expired ? { kind: 'deadline', accepted: false } : { kind: 'failed', accepted: false } };
     }
     const { head } = first;
     if (head.statusCode < 200 || head.statusCode >= 300) {
@@ -104,7 +96,7 @@ export class BatchExchange implements PricedForward {
       this.#record('answered');
       return { responses, failure: null };
     } catch (error) {
-      if (this.#expired) {
+      if (this.#race.expired) {
         this.#record('deadline');
         return { responses: [], failure: { kind: 'deadline', accepted: true } };
       }
@@ -145,12 +137,12 @@ export class BatchExchange implements PricedForward {
   }
 
   #onDeadline(): void {
-    this.#expired = true;
+    this.#race.expired = true;
     this.#call.abort(new UpstreamAbort('deadline'));
     for (const entry of this.#plan.held) {
       if (entry.registration) sendCancelled(this.#deps.cancel, entry.registration, entry.call.request.id ?? null, 'the call deadline passed');
     }
-    if (!this.#headSettled) this.onError(new UpstreamAbort('deadline'));
+    this.#race.onError(new UpstreamAbort('deadline')); // nothing if a head or an error came first
   }
 
   #record(outcome: UpstreamOutcome): void {

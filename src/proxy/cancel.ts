@@ -5,7 +5,7 @@
 import { request } from 'undici';
 import type { JsonRpcId } from '../mcp/jsonrpc.js';
 import type { Logger } from '../observability/logger.js';
-import { discard } from './reply-reader.js';
+import { discard } from '../io/body.js';
 import type { UpstreamTarget } from './upstream-target.js';
 
 const CANCEL_TIMEOUT_MS = 2_000;

@@ -13,7 +13,7 @@ import { DROP_DATA, type SseHook } from '../mcp/sse.js';
 import { rewriteToolsListMessages, type ToolPricing } from '../mcp/tools-list.js';
 import type { McpCall, UpstreamHead } from './call-state.js';
 import type { ProxyRecorder } from './recorder.js';
-import { parseJsonOrUndefined } from './reply-reader.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 import type { ResponseScreen } from './response-screen.js';
 import { sendScreenedBody } from './screened-body.js';
 

@@ -20,9 +20,11 @@ import type { McpCall, PricedForward, UpstreamHead } from './call-state.js';
 import { isEventStream, toClientHeaders } from './headers.js';
 import type { PricedRequests } from './priced-requests.js';
 import type { ProxyRecorder } from './recorder.js';
-import { answers, discard, holdsResponse, readReplyChunks } from './reply-reader.js';
+import { discard } from '../io/body.js';
+import { answers, holdsResponse, readReplyChunks } from './reply-reader.js';
 import { namespaceHook, sendScreenedBody } from './screened-body.js';
 import { classifyUpstreamError, UpstreamAbort, upstreamFailure, type UpstreamFailure, type UpstreamOutcome } from './upstream-failure.js';
+import { HeadRace } from './upstream-head.js';
 
 export interface PricedCallDeps {
   paywall: Paywall;
@@ -44,8 +46,6 @@ export interface Registration {
   written: Promise<boolean>;
 }
 
-type Head = { kind: 'head'; head: UpstreamHead } | { kind: 'failed'; failure: UpstreamFailure };
-
 /** The stream ended without the result, but the client can resume it: concluded later, elsewhere or at the deadline. */
 const DETACHED = { kind: 'detached' } as const;
 type ReadOutcome = CallOutcome | typeof DETACHED;
@@ -57,10 +57,7 @@ export class PricedExchange implements PricedForward {
   readonly #priced: PricedCall;
   readonly #held: HeldCall;
   readonly #registration: Registration | null;
-  readonly #head: Promise<Head>;
-  #resolveHead!: (head: Head) => void;
-  #headSettled = false;
-  #expired = false;
+  readonly #race = new HeadRace();
   #detached = false;
   #concluded = false;
   readonly #cancelDeadline: () => void;
@@ -77,27 +74,22 @@ export class PricedExchange implements PricedForward {
     this.#priced = priced;
     this.#held = held;
     this.#registration = registration;
-    this.#head = new Promise((resolve) => (this.#resolveHead = resolve));
     // The deadline covers the whole call, upstream time included (SPEC §6.5).
     this.#cancelDeadline = deps.deadlines.add(Math.max(1, priced.startedAt + deps.callDeadlineMs - deps.now()), () => this.#onDeadline());
   }
 
   onHead(head: UpstreamHead): void {
-    if (this.#headSettled) return discard(head.stream); // the deadline came first
-    this.#headSettled = true;
-    this.#resolveHead({ kind: 'head', head });
+    this.#race.onHead(head);
   }
 
   onError(error: unknown): void {
-    if (this.#headSettled) return;
-    this.#headSettled = true;
-    this.#resolveHead({ kind: 'failed', failure: this.#expired ? upstreamFailure('headers_timeout', error, 'the upstream did not answer within upstream.callDeadline') : classifyUpstreamError(error) });
+    this.#race.onError(error);
   }
 
   /** Forwarded by the proxy right after this is built; resolves once the call is concluded and its answer written. */
   async run(): Promise<void> {
     // 1. The upstream's answer: the proxy's response or error hook, or the deadline.
-    const first = await this.#head;
+    const first = await this.#race.head;
     // 2. The reply, read to its end (or the deadline) whatever the client does.
     const outcome = first.kind === 'failed' ? this.#failedBeforeHead(first.failure) : await this.#readReply(first.head);
     if (outcome.kind === 'detached') {
@@ -142,7 +134,7 @@ export class PricedExchange implements PricedForward {
     try {
       return isEventStream(head.headers['content-type']) ? await this.#readStream(head) : await this.#readJson(head);
     } catch (error) {
-      if (this.#expired) {
+      if (this.#race.expired) {
         this.#upstreamOutcome = 'deadline';
         return { kind: 'deadline', accepted: true };
       }
@@ -257,10 +249,10 @@ export class PricedExchange implements PricedForward {
   /** At callDeadline: abort the upstream request, cancel it in the protocol, and (if nothing else did) conclude. */
   #onDeadline(): void {
     if (this.#concluded) return;
-    this.#expired = true;
+    this.#race.expired = true;
     this.#call.abort(new UpstreamAbort('deadline'));
     this.#sendCancel('the call deadline passed');
-    if (!this.#headSettled) this.onError(new UpstreamAbort('deadline'));
+    this.#race.onError(new UpstreamAbort('deadline')); // nothing if a head or an error came first
     if (this.#detached) void this.#conclude({ kind: 'deadline', accepted: true });
   }
 

@@ -7,6 +7,8 @@
 // namespace (SPEC §20, mcp/namespace.ts).
 import type { Readable } from 'node:stream';
 import { GatewayError } from '../errors.js';
+import { discard, readCapped as readCappedBody } from '../io/body.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 import { isObject, isResponseLike, type JsonRpcId, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import { mayHoldGatewayMeta, stripGatewayMeta } from '../mcp/namespace.js';
 import { BLANK_LINE, DROP_DATA, SseSplitter, type SseEvent, type SseReplacement } from '../mcp/sse.js';
@@ -122,31 +124,7 @@ export function isRequestOrNotification(value: unknown): boolean {
   return isObject(value) && typeof value.method === 'string';
 }
 
-export async function readCapped(body: Readable, maxBytes: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
-    size += buffer.length;
-    if (size > maxBytes) {
-      discard(body);
-      throw new GatewayError('TB_ERR_UPSTREAM_RESPONSE_TOO_LARGE', `the upstream reply exceeded upstream.maxResponseBytes (${maxBytes} bytes)`);
-    }
-    chunks.push(buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-export function parseJsonOrUndefined(text: string): unknown {
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Drops an upstream body we will not read. The listener keeps a late abort error from crashing the process. */
-export function discard(body: Readable): void {
-  body.on('error', () => undefined);
-  body.destroy();
+/** The whole reply as UTF-8 text within upstream.maxResponseBytes (io/body.ts's reader, with the gateway's error). */
+export function readCapped(body: Readable, maxBytes: number): Promise<string> {
+  return readCappedBody(body, maxBytes, () => new GatewayError('TB_ERR_UPSTREAM_RESPONSE_TOO_LARGE', `the upstream reply exceeded upstream.maxResponseBytes (${maxBytes} bytes)`));
 }

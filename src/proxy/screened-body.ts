@@ -11,13 +11,14 @@
 // (Accept-Encoding is not forwarded) and cannot screen it.
 import { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
-import { sendRpcError } from '../http/error-reply.js';
+import { sendRpcError } from '../io/error-reply.js';
 import type { JsonRpcId } from '../mcp/jsonrpc.js';
 import { mayHoldGatewayMeta, mayHoldGatewayMetaBytes, stripGatewayMeta } from '../mcp/namespace.js';
 import { DROP_DATA, rewriteSse, type SseHook } from '../mcp/sse.js';
 import type { UpstreamHead } from './call-state.js';
 import { isEventStream, isJson } from './headers.js';
-import { discard, parseJsonOrUndefined } from './reply-reader.js';
+import { discard } from '../io/body.js';
+import { parseJsonOrUndefined } from '../io/json.js';
 import { classifyUpstreamError, upstreamFailure, type UpstreamFailure } from './upstream-failure.js';
 
 export interface ScreenedBodyOptions {

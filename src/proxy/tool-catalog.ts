@@ -5,7 +5,8 @@
 // one reply reader (proxy/reply-reader.ts).
 import { randomUUID } from 'node:crypto';
 import { request } from 'undici';
-import { collectResponses, discard, responseTo } from './reply-reader.js';
+import { discard } from '../io/body.js';
+import { collectResponses, responseTo } from './reply-reader.js';
 import type { UpstreamTarget } from './upstream-target.js';
 import { isObject, type JsonObject } from '../mcp/jsonrpc.js';
 

@@ -3,7 +3,7 @@
 // (src/bridge/) with the bridge's dispatcher. Both have the same shape, so every rule of §5 and §6 has
 // one implementation.
 import { Agent, request, type Dispatcher } from 'undici';
-import { discard } from './reply-reader.js';
+import { discard } from '../io/body.js';
 
 export interface UpstreamTarget {
   /** The MCP endpoint's URL, e.g. http://127.0.0.1:8080/mcp (for a bridge, a private origin its dispatcher reaches). */

@@ -11,50 +11,26 @@
 import { GatewayError } from '../errors.js';
 import {
   HANDLE_GRACE_MS,
-  HANDLE_TTL_FLOOR_MS,
   LEDGER_RETENTION_MS,
-  OPENING_GRACE_MS,
-  PAYMENT_NONCE_MIN_TTL_MS,
-  PENDING_REUSE_MARGIN_MS,
-  RETENTION_MS,
   chargeRecordEnd,
-  type BeginChargeResult,
-  type ChargeRecord,
-  type ChargeStatus,
-  type ClaimResult,
-  type DevLink,
-  type HandleState,
-  type LedgerAccount,
-  type LedgerCheckpoint,
-  type LedgerEntry,
-  type LedgerHolding,
-  type LedgerRange,
-  type NewHandle,
-  type OpenChargeRequest,
-  type PricedRequestKey,
-  type PricedRequestRecord,
-  type PaymentNonceClaim,
-  type PaymentNonceKey,
-  type PaymentNonceOutcome,
-  type PaymentNonceRecord,
-  type SettlementClaim,
-  type SpendDecision,
-  type SpendRequest,
-  type Store,
-} from './store.js';
+  chargeShareable,
+  checkGrant,
+  checkHandleTtl,
+  devLinkEnd,
+  newBucket,
+  newChargeRecord,
+  newPaymentNonceRecord,
+  takeToken,
+  type BucketParams,
+  type TokenBucket,
+} from './policy.js';
+import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
+  SpendDecision, SpendRequest, Store } from './store.js';
 
 const SWEEP_INTERVAL_MS = 60_000;
 /** §7.5: a charge money can still land on (a late payment is never ignored). */
 const CLAIMABLE: ReadonlySet<ChargeStatus> = new Set(['pending', 'abandoned', 'expired']);
-/** retryAfterMs reported by a bucket that never refills (ratePerSecond ≤ 0). */
-const NEVER_REFILLS_RETRY_MS = 3_600_000;
-
-interface TokenBucket {
-  tokens: number;
-  at: number; // when `tokens` was computed
-  fullAt: number; // from then on the bucket is indistinguishable from a new one
-}
-
 interface Reservation {
   sku: string;
   cost: number;
@@ -72,8 +48,6 @@ interface HandleRecord {
   pendingCharge: Map<string, string>; // sku → nonce of the charge challenges show (opening or pending)
   lastCharge: Map<string, string>; // sku → nonce of the charge that most recently left 'pending'
 }
-
-type BucketParams = { ratePerSecond: number; burst: number };
 
 interface MemoryLedger {
   fingerprint: string;
@@ -93,21 +67,6 @@ function pushEntry(ledger: MemoryLedger, entry: LedgerEntry, endsAt: number): vo
   ledger.entries.push({ ...entry, seq: (last?.seq ?? 0) + 1, at: Math.max(entry.at, last?.at ?? 0) });
   ledger.endsAt = Math.max(ledger.endsAt, endsAt);
 }
-
-/** Continuous refill, then takes one token if a whole one is there. Returns 0 if taken, else the wait in ms. */
-function takeToken(bucket: TokenBucket, { ratePerSecond, burst }: BucketParams, now: number): number {
-  const refilled = bucket.tokens + (Math.max(0, now - bucket.at) * ratePerSecond) / 1000;
-  const tokens = Math.min(burst, refilled);
-  const taken = tokens >= 1;
-  bucket.tokens = taken ? tokens - 1 : tokens;
-  bucket.at = now;
-  bucket.fullAt = ratePerSecond > 0 ? now + Math.ceil(((burst - bucket.tokens) * 1000) / ratePerSecond) : Number.POSITIVE_INFINITY;
-  if (taken) return 0;
-  if (ratePerSecond <= 0) return NEVER_REFILLS_RETRY_MS;
-  return Math.max(1, Math.ceil(((1 - tokens) * 1000) / ratePerSecond));
-}
-
-const newBucket = (burst: number, now: number): TokenBucket => ({ tokens: burst, at: now, fullAt: now });
 
 /** Charges and reservations are addressed by (handle, id), as the Redis keys are. */
 const scopedKey = (handleHash: string, id: string): string => `${handleHash}\n${id}`;
@@ -140,9 +99,7 @@ export class MemoryStore implements Store {
   }
 
   async createHandle(handle: NewHandle): Promise<void> {
-    if (!(handle.ttlMs >= HANDLE_TTL_FLOOR_MS)) {
-      throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
-    }
+    checkHandleTtl(handle.ttlMs);
     const now = this.now();
     const previous = this.handles.get(handle.handleHash);
     if (previous) this.deleteHandle(handle.handleHash, previous);
@@ -247,9 +204,7 @@ export class MemoryStore implements Store {
   }
 
   async grantCredits(handleHash: string, sku: string, credits: number, reason = ''): Promise<number> {
-    if (!Number.isSafeInteger(credits) || credits <= 0) {
-      throw new GatewayError('TB_ERR_INVALID_PARAMS', `credits to grant must be a positive integer, got ${credits}`);
-    }
+    checkGrant(credits);
     const now = this.now();
     const handle = this.liveHandle(handleHash, now);
     if (!handle) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
@@ -264,28 +219,11 @@ export class MemoryStore implements Store {
     const handle = this.liveHandle(handleHash, this.now());
     const current = handle ? this.pendingChargeOf(handleHash, handle, sku) : null;
     if (current) {
-      const opening = current.status === 'opening' && current.openedAt > now - OPENING_GRACE_MS;
-      const reusable = current.status === 'pending' && current.expiresAt > now + PENDING_REUSE_MARGIN_MS;
-      if (opening || reusable) return { kind: 'existing', charge: { ...current } };
+      if (chargeShareable(current, now)) return { kind: 'existing', charge: { ...current } };
       // Otherwise a new charge takes over. The old one stays as it is (a pending one stays in the
       // due index, a stale opening one may still get its link) so a late payment can be claimed.
     }
-    const charge: ChargeRecord = {
-      nonce: request.nonce,
-      handleHash,
-      sku,
-      ...request.snapshot,
-      status: 'opening',
-      providerRef: null,
-      checkoutUrl: null,
-      openedAt: now,
-      expiresAt: now + request.ttlMs,
-      lastPolledAt: 0,
-      nextPollAt: now + request.firstPollDelayMs,
-      pollCount: 0,
-      grantedCredits: 0,
-      receivedAmount: null,
-    };
+    const charge = newChargeRecord(request);
     this.charges.set(scopedKey(handleHash, request.nonce), charge);
     // Without a live handle the charge is still recorded (an operator can see it); nothing points at it.
     handle?.pendingCharge.set(sku, request.nonce);
@@ -623,8 +561,7 @@ export class MemoryStore implements Store {
     this.sweepPaymentNonces(now);
     const key = paymentNonceId(claim);
     if (this.livePaymentNonce(key, now)) return false;
-    const expiresAt = Math.max(claim.expiresAt, now + PAYMENT_NONCE_MIN_TTL_MS);
-    this.paymentNonces.set(key, { ...copyNonceKey(claim), expiresAt, claimedAt: claim.claimedAt, sku: claim.sku, tool: claim.tool, amount: claim.amount, state: 'claimed', transaction: null, finishedAt: null });
+    this.paymentNonces.set(key, newPaymentNonceRecord(claim, now));
     return true;
   }
 
@@ -713,7 +650,7 @@ export class MemoryStore implements Store {
       if (chargeRecordEnd(charge) <= now) this.deleteCharge(key, charge);
     }
     // A dev link is kept as long as its charge: the reconciler reads it after expiry.
-    for (const [id, link] of this.devLinks) if (link.expiresAt + RETENTION_MS <= now) this.devLinks.delete(id);
+    for (const [id, link] of this.devLinks) if (devLinkEnd(link) <= now) this.devLinks.delete(id);
     for (const [key, bucket] of this.challengeBuckets) if (bucket.fullAt <= now) this.challengeBuckets.delete(key);
     for (const [name, lease] of this.leases) if (lease.expiresAt <= now) this.leases.delete(name);
     for (const [session, entry] of this.pricedRequests) if (entry.expiresAt <= now) this.pricedRequests.delete(session);

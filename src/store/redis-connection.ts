@@ -5,6 +5,7 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
 import { maskUrlSecrets } from '../config/mask.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
+import { withBudget } from '../io/budget.js';
 import type { Logger } from '../observability/logger.js';
 
 export type RedisClient = Redis | Cluster;
@@ -139,14 +140,6 @@ function watchConnection(client: RedisClient, logger: Logger, target: string): v
     if (failing) logger.info({ evt: 'store_ready', target }, 'Redis store reachable again');
     failing = false;
   });
-}
-
-export function withBudget<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(message)), ms);
-  });
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }
 
 export const errorMessage = (err: unknown): string => (err instanceof Error ? err.message : String(err)).replace(/\.$/, '');

@@ -7,44 +7,28 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
+import { withBudget } from '../io/budget.js';
 import type { Logger } from '../observability/logger.js';
 import { indexMember, KeySpace, parseIndexMember, tagValue } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
 import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
 import { parseStreamEntry, parseStreamId, streamBounds, type StreamItem } from './ledger-stream.js';
-import { errorMessage, openRedisClient, withBudget, type RedisClient } from './redis-connection.js';
+import { errorMessage, openRedisClient, type RedisClient } from './redis-connection.js';
 import {
-  HANDLE_TTL_FLOOR_MS,
   LEDGER_RETENTION_MS,
   OPENING_GRACE_MS,
-  PAYMENT_NONCE_MIN_TTL_MS,
   PENDING_REUSE_MARGIN_MS,
   RETENTION_MS,
   chargeRecordEnd,
-  type BeginChargeResult,
-  type ChargeRecord,
-  type ChargeStatus,
-  type ClaimResult,
-  type DevLink,
-  type HandleState,
-  type LedgerAccount,
-  type LedgerCheckpoint,
-  type LedgerEntry,
-  type LedgerHolding,
-  type LedgerRange,
-  type NewHandle,
-  type OpenChargeRequest,
-  type PricedRequestKey,
-  type PricedRequestRecord,
-  type PaymentNonceClaim,
-  type PaymentNonceKey,
-  type PaymentNonceOutcome,
-  type PaymentNonceRecord,
-  type SettlementClaim,
-  type SpendDecision,
-  type SpendRequest,
-  type Store,
-} from './store.js';
+  checkGrant,
+  checkHandleTtl,
+  devLinkEnd,
+  newChargeRecord,
+  newPaymentNonceRecord,
+} from './policy.js';
+import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
+  SpendDecision, SpendRequest, Store } from './store.js';
 
 /** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
 const CALL_BUDGET_MS = 1_000;
@@ -109,9 +93,7 @@ export class RedisStore implements Store {
   // ── handles and reservations ─────────────────────────────────────────────────────────────────────
 
   async createHandle(handle: NewHandle): Promise<void> {
-    if (!(handle.ttlMs >= HANDLE_TTL_FLOOR_MS)) {
-      throw new GatewayError('TB_ERR_STORE_TTL_FLOOR', `handle TTL ${handle.ttlMs} ms is under the 1 h floor: raise handles.ttl in the config`);
-    }
+    checkHandleTtl(handle.ttlMs);
     const k = this.keys.handle(handle.handleHash);
     const args = [handle.fingerprint, ...principalArgs(handle.principal), handle.ttlMs, this.now(), handle.handleHash];
     const expiry = this.keys.handleExpiryOf(handle.handleHash, this.clustered);
@@ -216,9 +198,7 @@ export class RedisStore implements Store {
   }
 
   async grantCredits(handleHash: string, sku: string, credits: number, reason = ''): Promise<number> {
-    if (!Number.isSafeInteger(credits) || credits <= 0) {
-      throw new GatewayError('TB_ERR_INVALID_PARAMS', `credits to grant must be a positive integer, got ${credits}`);
-    }
+    checkGrant(credits);
     const k = this.keys.handle(handleHash);
     const expiry = this.keys.handleExpiryOf(handleHash, this.clustered);
     const args = [sku, credits, this.now(), reason, this.ledgerRetentionMs, handleHash];
@@ -231,22 +211,7 @@ export class RedisStore implements Store {
 
   async beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult> {
     const { handleHash, sku, nonce, now } = request;
-    const charge: ChargeRecord = {
-      nonce,
-      handleHash,
-      sku,
-      ...request.snapshot,
-      status: 'opening',
-      providerRef: null,
-      checkoutUrl: null,
-      openedAt: now,
-      expiresAt: now + request.ttlMs,
-      lastPolledAt: 0,
-      nextPollAt: now + request.firstPollDelayMs,
-      pollCount: 0,
-      grantedCredits: 0,
-      receivedAmount: null,
-    };
+    const charge = newChargeRecord(request);
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, nonce);
     const clock = this.now();
@@ -429,7 +394,7 @@ export class RedisStore implements Store {
   }
 
   async putDevLink(link: DevLink): Promise<void> {
-    const ttl = Math.max(1_000, link.expiresAt + RETENTION_MS - this.now());
+    const ttl = Math.max(1_000, devLinkEnd(link) - this.now());
     await this.call('putDevLink', () => this.client.set(this.keys.devLink(link.id), JSON.stringify(link), 'PX', ttl));
   }
 
@@ -560,15 +525,9 @@ export class RedisStore implements Store {
    */
   private async expiredInShards(now: number, limit: number): Promise<string[]> {
     const cluster = this.client as Cluster;
-    const slots: number[] = [];
-    for (let i = 0; i < EXPIRY_WALK_SLICE; i++) slots.push((this.expiryWalkCursor + i) % SLOT_COUNT);
+    const slots = walkSlice(this.expiryWalkCursor, EXPIRY_WALK_SLICE);
     this.expiryWalkCursor = (this.expiryWalkCursor + EXPIRY_WALK_SLICE) % SLOT_COUNT;
-    const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
-    const byNode = new Map<Redis, number[]>();
-    for (const slot of slots) {
-      const node = masters.get(cluster.slots[slot]?.[0] ?? '');
-      if (node) byNode.set(node, [...(byNode.get(node) ?? []), slot]);
-    }
+    const byNode = slotsByMaster(cluster, slots);
     const found: string[] = [];
     await Promise.all(
       [...byNode].map(async ([node, nodeSlots]) => {
@@ -608,21 +567,8 @@ export class RedisStore implements Store {
 
   async claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean> {
     const now = this.now();
-    const ttlMs = Math.max(claim.expiresAt - now, PAYMENT_NONCE_MIN_TTL_MS);
-    const record: PaymentNonceRecord = {
-      network: claim.network.toLowerCase(),
-      asset: claim.asset.toLowerCase(),
-      payer: claim.payer.toLowerCase(),
-      nonce: claim.nonce.toLowerCase(),
-      expiresAt: now + ttlMs,
-      claimedAt: claim.claimedAt,
-      sku: claim.sku,
-      tool: claim.tool,
-      amount: claim.amount,
-      state: 'claimed',
-      transaction: null,
-      finishedAt: null,
-    };
+    const record = newPaymentNonceRecord(claim, now);
+    const ttlMs = record.expiresAt - now;
     const reply = await this.call('claimPaymentNonce', () => this.client.set(this.keys.paymentNonce(claim), JSON.stringify(record), 'PX', ttlMs, 'NX'));
     return reply === 'OK';
   }
@@ -681,19 +627,9 @@ export class RedisStore implements Store {
   private async staleInShards(before: number, limit: number, clock: number): Promise<string[]> {
     const cluster = this.client as Cluster;
     const listed = new Set((await cluster.zrange(this.keys.shardDirectory, 0, -1)).map(Number).filter((slot) => Number.isInteger(slot) && slot >= 0 && slot < SLOT_COUNT));
-    const slots = new Set(listed);
-    for (let i = 0; i < SHARD_WALK_SLICE; i++) slots.add((this.walkCursor + i) % SLOT_COUNT);
+    const slots = new Set([...listed, ...walkSlice(this.walkCursor, SHARD_WALK_SLICE)]);
     this.walkCursor = (this.walkCursor + SHARD_WALK_SLICE) % SLOT_COUNT;
-
-    const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
-    const byNode = new Map<Redis, number[]>();
-    for (const slot of slots) {
-      const node = masters.get(cluster.slots[slot]?.[0] ?? '');
-      if (!node) continue;
-      const nodeSlots = byNode.get(node);
-      if (nodeSlots) nodeSlots.push(slot);
-      else byNode.set(node, [slot]);
-    }
+    const byNode = slotsByMaster(cluster, slots);
     const found: { member: string; deadline: number }[] = [];
     const empty: number[] = [];
     await Promise.all(
@@ -809,4 +745,23 @@ function groupMembers(members: string[]): Map<string, string[]> {
     byHandle.set(target.handleHash, ids);
   }
   return byHandle;
+}
+
+/** `size` slots of a rotating walk over every slot, from `cursor` on. */
+function walkSlice(cursor: number, size: number): number[] {
+  return Array.from({ length: size }, (_, i) => (cursor + i) % SLOT_COUNT);
+}
+
+/** Slots grouped by the master serving them, by the client's slot map (a slot with no known master is left out). */
+function slotsByMaster(cluster: Cluster, slots: Iterable<number>): Map<Redis, number[]> {
+  const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+  const byNode = new Map<Redis, number[]>();
+  for (const slot of slots) {
+    const node = masters.get(cluster.slots[slot]?.[0] ?? '');
+    if (!node) continue;
+    const nodeSlots = byNode.get(node);
+    if (nodeSlots) nodeSlots.push(slot);
+    else byNode.set(node, [slot]);
+  }
+  return byNode;
 }

@@ -187,7 +187,6 @@ export interface Store {
   /** Entries of one ledger in seq order, at most range.limit (a page: pass the last one as `after` for the next). */
   readLedger(account: LedgerAccount, range: LedgerRange): Promise<LedgerEntry[]>;
 
-
   // ── priced-request registry (SPEC §6.5; docs/decisions.md "A released call's late result") ──────
   /** Records a forwarded priced request before its reply can be resumed elsewhere; kept `ttlMs`. */
   registerPricedRequest(key: PricedRequestKey, record: PricedRequestRecord, ttlMs: number): Promise<void>;
@@ -283,14 +282,6 @@ export interface LedgerRange {
   limit: number;
 }
 
-/** Default `ledger.retention`: entries outlive their handle by this much. */
-export const LEDGER_RETENTION_MS = 400 * 24 * 3_600_000;
-/**
- * Redis keeps a handle's keys this long past its expiry, so the reconciler's expiry step can write
- * its `expire` entries before the keys vanish (and a late payment still finds its fingerprint).
- */
-export const HANDLE_GRACE_MS = 7 * 24 * 3_600_000;
-
 // ── x402 authorizations ──────────────────────────────────────────────────────────────────────────
 
 /** One EIP-3009 authorization: network (CAIP-2), asset and payer addresses and the nonce, all lower-case. */
@@ -318,9 +309,6 @@ export interface PaymentNonceOutcome {
   transaction: string | null;
   at: number; // epoch ms
 }
-
-/** A claim lives at least this long, whatever expiresAt says (an authorization already past its window). */
-export const PAYMENT_NONCE_MIN_TTL_MS = 60_000;
 
 export interface PaymentNonceRecord extends PaymentNonceClaim {
   state: PaymentNonceState;
@@ -382,24 +370,6 @@ export interface DevLink {
   expiresAt: number;
   status: 'active' | 'completed' | 'expired';
   receivedAmount: string | null;
-}
-
-export const HANDLE_TTL_FLOOR_MS = 3_600_000;
-/** An 'opening' charge younger than this belongs to whoever is calling the provider: share it. */
-export const OPENING_GRACE_MS = 15_000;
-/** A pending link this close to its end is not shown again: the payer might not finish in time. */
-export const PENDING_REUSE_MARGIN_MS = 60_000;
-/** How long a charge (and a dev link) stays readable after its link expired, for operators and late payments. */
-export const RETENTION_MS = 7 * 24 * 3_600_000;
-
-/**
- * When a charge record ends (and reads as gone): an opening one (its opener never got a link) when
- * its link would have expired; any other RETENTION_MS after its link expired, or after it was
- * marked expired if that is later. Mirrored by charge_end in lua/prelude.ts.
- */
-export function chargeRecordEnd(charge: Pick<ChargeRecord, 'status' | 'expiresAt' | 'expiredAt'>): number {
-  if (charge.status === 'opening') return charge.expiresAt;
-  return Math.max(charge.expiresAt, charge.expiredAt ?? 0) + RETENTION_MS;
 }
 
 // ── sessions bound to principals (SPEC §20) ──────────────────────────────────────────────────────────

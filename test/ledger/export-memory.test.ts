@@ -16,7 +16,7 @@ import { createLogger } from '../../src/observability/logger.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { SCRIPTS } from '../../src/store/lua/index.js';
 import { RedisStore } from '../../src/store/redis.js';
-import { LEDGER_RETENTION_MS } from '../../src/store/store.js';
+import { LEDGER_RETENTION_MS } from '../../src/store/policy.js';
 import { assertBuilt, childEnv, CLI, ROOT, writeConfig } from '../helpers/gateway-process.js';
 import { startRedis } from '../helpers/redis-server.js';
 

@@ -6,18 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Test } from 'tap';
-import {
-  HANDLE_TTL_FLOOR_MS,
-  RETENTION_MS,
-  type BeginChargeResult,
-  type ChargeRecord,
-  type OpenChargeRequest,
-  type PricedRequestRecord,
-  type PaymentNonceClaim,
-  type SpendDecision,
-  type SpendRequest,
-  type Store,
-} from '../../src/store/store.js';
+import { HANDLE_TTL_FLOOR_MS, RETENTION_MS } from '../../src/store/policy.js';
+import type { BeginChargeResult, ChargeRecord, OpenChargeRequest, PricedRequestRecord, PaymentNonceClaim, SpendDecision, SpendRequest, Store } from '../../src/store/store.js';
 import { ledgerBehaviours } from './ledger-conformance.js';
 
 /** Returns a new, empty store on the given clock (Redis: a flushed database or a fresh key prefix): the global views (dueCharges, listCharges, countPendingCharges) must see only this test's data. */

@@ -2,7 +2,7 @@
 // drives buckets and leases too, and it sweeps what can no longer matter so memory stays bounded).
 import t from 'tap';
 import { MemoryStore } from '../../src/store/memory.js';
-import { RETENTION_MS } from '../../src/store/store.js';
+import { RETENTION_MS } from '../../src/store/policy.js';
 import { ManualClock, StoreFixture, storeConformance } from './conformance.js';
 
 storeConformance(t, 'MemoryStore', async ({ now }) => new MemoryStore({ now }), { controllableClock: true });

@@ -6,7 +6,7 @@ import { Redis } from 'ioredis';
 import { createLogger } from '../../src/observability/logger.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
-import { HANDLE_GRACE_MS, LEDGER_RETENTION_MS } from '../../src/store/store.js';
+import { HANDLE_GRACE_MS, LEDGER_RETENTION_MS } from '../../src/store/policy.js';
 import type { GatewayConfig } from '../../src/config/schema.js';
 import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
 

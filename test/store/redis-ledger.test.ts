@@ -8,7 +8,7 @@ import t, { type Test } from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
-import { HANDLE_GRACE_MS } from '../../src/store/store.js';
+import { HANDLE_GRACE_MS } from '../../src/store/policy.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { allEntries, expireAll, verified } from './ledger-conformance.js';
 

@@ -1,5 +1,5 @@
 // The x402 additions to the gateway's own results (SPEC §19, x402 MCP transport, tool-result
-// binding). Pure functions over a result built by paywall/challenge.ts: the human text of §6.3
+// binding). Pure functions over a result built by mcp/challenge.ts: the human text of §6.3
 // stays the first content item, unchanged, because most clients today are LLM hosts; x402 clients
 // find `PaymentRequired` in `structuredContent` (where §5.4 allows it: the builder only sets it
 // then), in `_meta["x402/payment-required"]`, and as JSON in a second text item.

@@ -22,6 +22,8 @@ import type { PaymentPayload, PaymentRequirements, SettleResponse, SupportedResp
 import { Agent, request, type Dispatcher } from 'undici';
 import { z } from 'zod';
 import { GatewayError } from '../../errors.js';
+import { readCapped } from '../../io/body.js';
+import { isRecord, parseJsonOrUndefined } from '../../io/json.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Metrics } from '../../observability/metrics.js';
 
@@ -226,13 +228,13 @@ export class FacilitatorClient {
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
       });
-      text = await readCapped(exchange.op, response.body, MAX_RESPONSE_BYTES);
+      text = await readCapped(response.body, MAX_RESPONSE_BYTES, (limit) => new FacilitatorError(exchange.op, 'bad_response', `the x402 facilitator answered ${exchange.op} with more than ${limit} bytes`, { mayHaveReached: true }));
     } catch (error) {
       this.#count(exchange.op, response ? String(response.statusCode) : 'network');
       throw transportError(exchange.op, error, { cancelled: signal?.aborted === true, timedOut: timeout.aborted, timeoutMs, answered: response !== undefined });
     }
     this.#count(exchange.op, String(response.statusCode));
-    return { status: response.statusCode, payload: parseJson(text) };
+    return { status: response.statusCode, payload: parseJsonOrUndefined(text) };
   }
 
   #backoff(attempt: number): number {
@@ -267,30 +269,6 @@ function transportError(op: FacilitatorOp, error: unknown, how: { cancelled: boo
   if (how.timedOut) return new FacilitatorError(op, 'timeout', `the x402 facilitator did not answer ${op} within ${how.timeoutMs} ms`, { mayHaveReached, cause });
   return new FacilitatorError(op, 'network', `could not reach the x402 facilitator for ${op} (${code ?? name})`, { mayHaveReached, cause });
 }
-
-async function readCapped(op: FacilitatorOp, body: Dispatcher.ResponseData['body'], limit: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += (chunk as Buffer).length;
-    if (size > limit) {
-      body.destroy();
-      throw new FacilitatorError(op, 'bad_response', `the x402 facilitator answered ${op} with more than ${limit} bytes`, { mayHaveReached: true });
-    }
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    return undefined;
-  }
-}
-
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 function sleep(ms: number, op: FacilitatorOp = 'settle', signal?: AbortSignal): Promise<void> {
   // Only between attempts: the last attempt's outcome is already known, so mayHaveReached reflects the previous one.

@@ -4,9 +4,11 @@
 // Fields: k kind, s sku, c credits (signed), b balanceAfter, fp fingerprint, r ref, t tool,
 // a amount, cu currency, why reason, n network, as asset, p payer, tx transaction.
 
+import { HANDLE_GRACE_MS } from '../policy.js';
+
 /** Helpers prepended (after PRELUDE) to every script. */
 export const LEDGER_PRELUDE = `
-local HANDLE_GRACE_MS = 604800000
+local HANDLE_GRACE_MS = ${HANDLE_GRACE_MS}
 
 -- Credits a handle's reservations hold in one SKU (its :res hash holds "deadline cost sku").
 local function reserved_of(res, sku)
@@ -28,6 +30,30 @@ local function field_of(fields, name)
     if fields[i] == name then return fields[i + 1] end
   end
   return nil
+end
+
+-- What a handle holds per SKU: its balance (field b:<sku> of its HGETALL \`fields\`) and what its
+-- reservations (the hash \`reservations\`, values "<id> <cost> <sku>") hold; SKUs in the order first seen.
+local function holdings(fields, reservations)
+  local balance, reserved, order = {}, {}, {}
+  for i = 1, #fields, 2 do
+    local sku = string.match(fields[i], '^b:(.*)$')
+    if sku then
+      balance[sku] = tonumber(fields[i + 1])
+      reserved[sku] = 0
+      order[#order + 1] = sku
+    end
+  end
+  for _, r in ipairs(redis.call('HVALS', reservations)) do
+    local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
+    if balance[sku] == nil then
+      balance[sku] = 0
+      reserved[sku] = 0
+      order[#order + 1] = sku
+    end
+    reserved[sku] = reserved[sku] + tonumber(cost)
+  end
+  return balance, reserved, order
 end
 
 -- When a handle's ledger may go: ledger.retention after the handle's life (or after now, if later).
@@ -105,23 +131,10 @@ if x > now then
 end
 local ends = ledger_end(KEYS[1], now, tonumber(ARGV[3]))
 ledger_open(KEYS[1], KEYS[2], KEYS[3], now, ends)
-local held, order = {}, {}
 local fields = redis.call('HGETALL', KEYS[1])
-for i = 1, #fields, 2 do
-  local sku = string.match(fields[i], '^b:(.*)$')
-  if sku then
-    held[sku] = tonumber(fields[i + 1])
-    order[#order + 1] = sku
-  end
-end
-for _, r in ipairs(redis.call('HVALS', KEYS[2])) do
-  local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
-  if held[sku] == nil then
-    held[sku] = 0
-    order[#order + 1] = sku
-  end
-  held[sku] = held[sku] + tonumber(cost)
-end
+local balance, reserved, order = holdings(fields, KEYS[2])
+local held = {}
+for _, sku in ipairs(order) do held[sku] = balance[sku] + reserved[sku] end
 local fp = field_of(fields, 'fp') or false
 local dropped = 0
 for _, sku in ipairs(order) do
@@ -149,26 +162,11 @@ local fields = redis.call('HGETALL', KEYS[1])
 local fp = field_of(fields, 'fp')
 if not fp and last then fp = field_of(last[2], 'fp') end
 local out = {(last and last[1]) or false, fp or ''}
-local held, order = {}, {}
-for i = 1, #fields, 2 do
-  local sku = string.match(fields[i], '^b:(.*)$')
-  if sku then
-    held[sku] = {tonumber(fields[i + 1]), 0}
-    order[#order + 1] = sku
-  end
-end
-for _, r in ipairs(redis.call('HVALS', KEYS[2])) do
-  local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
-  if held[sku] == nil then
-    held[sku] = {0, 0}
-    order[#order + 1] = sku
-  end
-  held[sku][2] = held[sku][2] + tonumber(cost)
-end
+local balance, reserved, order = holdings(fields, KEYS[2])
 for _, sku in ipairs(order) do
   out[#out + 1] = sku
-  out[#out + 1] = held[sku][1]
-  out[#out + 1] = held[sku][2]
+  out[#out + 1] = balance[sku]
+  out[#out + 1] = reserved[sku]
 end
 return out
 `;

@@ -1,7 +1,9 @@
 // Helpers prepended to every script. Times are epoch ms. Handle and charge times come from the
 // caller's clock (ARGV); only token buckets read Redis TIME, so every replica shares one clock for them.
+import { NEVER_REFILLS_RETRY_MS, RETENTION_MS } from '../policy.js';
+
 export const PRELUDE = `
-local RETENTION_MS = 604800000
+local RETENTION_MS = ${RETENTION_MS}
 
 -- Integers travel as decimal strings: never let Lua print 1.7e+12.
 local function int(n) return string.format('%d', n) end
@@ -27,7 +29,7 @@ local function end_index_add(key, ends_at, member, now)
   live_until(key, ends_at, now)
 end
 
--- Continuous-refill token bucket in two hash fields. Takes one token if a whole one is there.
+-- Continuous-refill token bucket in two hash fields (policy.ts's takeToken). Takes one token if a whole one is there.
 -- Returns the wait in ms (0 = taken) and the tokens left.
 local function take_token(key, tokens_field, at_field, rate, burst, now)
   local tokens = tonumber(redis.call('HGET', key, tokens_field))
@@ -41,13 +43,13 @@ local function take_token(key, tokens_field, at_field, rate, burst, now)
   if taken then left = tokens - 1 end
   redis.call('HSET', key, tokens_field, string.format('%.17g', left), at_field, int(now))
   if taken then return 0, left end
-  if rate <= 0 then return 3600000, left end
+  if rate <= 0 then return ${NEVER_REFILLS_RETRY_MS}, left end
   return math.max(1, math.ceil((1 - tokens) * 1000 / rate)), left
 end
 
 -- A charge record is kept until its link expired (or it was marked expired, if later) plus the
 -- retention window; an opening charge (its opener never got a link) only until the link would have
--- expired. Mirrors chargeRecordEnd in store.ts.
+-- expired. Mirrors chargeRecordEnd in policy.ts.
 local function charge_end(c)
   if c.status == 'opening' then return c.expiresAt end
   local from = c.expiresAt

@@ -1,4 +1,4 @@
-// The two writers of a GatewayError (src/http/error-reply.ts), over real HTTP: a fastify route and a
+// The two writers of a GatewayError (src/io/error-reply.ts), over real HTTP: a fastify route and a
 // bare node:http server (the bridge's), each answering with the table's status, the error's headers and
 // the body of its kind; a reply whose headers are out is cut, never given a second head. And the mapping
 // of fastify's own errors (asGatewayError).
@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import Fastify from 'fastify';
 import t from 'tap';
 import { ERROR_TABLE, GatewayError } from '../../src/errors.js';
-import { asGatewayError, rpcErrorBody, sendErrorReply, sendRpcError } from '../../src/http/error-reply.js';
+import { asGatewayError, rpcErrorBody, sendErrorReply, sendRpcError } from '../../src/io/error-reply.js';
 
 const scope = new GatewayError('TB_ERR_INSUFFICIENT_SCOPE', 'Forbidden: needs research:pay', { headers: { 'www-authenticate': 'Bearer error="insufficient_scope"' } });
 
