@@ -15,7 +15,7 @@ const LINES = Number(argv[argv.indexOf('--lines') + 1] || 100_000);
 const WARMUP = 20_000;
 
 const facts = { rail: 'credits' as const, tokenPresented: true, tokenFingerprint: 'tb_s_KLeV..EPcw', tokenRecognised: true };
-const x402: Record<string, unknown> | undefined = undefined;
+const x402 = undefined as Record<string, unknown> | undefined;
 const resumed = false;
 
 /** The line as decide.ts wrote it before issue 14: the root logger (redaction on), object spreads. */

@@ -503,6 +503,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     profileHints: {},
   };
 
+  let measuredFromUs = 0;
   const live = new Map<Target, ServerUnderTest>();
   // Each server starts once and stays up for the max-rate, fixed-rate and SSE runs. Only one is under
   // load at a time; the idle ones sleep in epoll (their only timer is the reconciler's, once a minute).
@@ -521,6 +522,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     if (options.soakMinutes !== null) targets.add('gw-redis');
     log(`starting ${[...targets].join(', ')}`);
     await Promise.all([...targets].map(use));
+    // Profiles are summarised from here on (start-up, module loading and funding left out).
+    measuredFromUs = Number(process.hrtime.bigint() / 1000n);
     for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
       const sut = await use(scenario.target);
       log(`max rate: ${scenario.name}`);
@@ -582,7 +585,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
 
   log('done');
   report.machine.loadAverageAfter = loadavg().map((l) => Math.round(l * 100) / 100);
-  if (options.profile) report.profiles = summariseProfiles(join(options.outDir, 'profiles'));
+  if (options.profile) report.profiles = summariseProfiles(join(options.outDir, 'profiles'), measuredFromUs);
   report.targets = evaluateTargets({ maxRate: report.maxRate, fixedRate: report.fixedRate?.results ?? null, soak: report.soak });
   report.profileHints = profileHints(report);
   const stamp = report.startedAt.replace(/[:.]/g, '-');
@@ -658,17 +661,27 @@ async function soak(sut: ServerUnderTest, rate: number, minutes: number): Promis
   };
 }
 
-/** Self time per function of each .cpuprofile, top 25: the evidence behind each optimisation. */
-function summariseProfiles(dir: string): string[] {
+/** Self time per function of each .cpuprofile as a share of busy (non-idle) time, top 25: the evidence behind each optimisation. */
+function summariseProfiles(dir: string, fromUs = 0): string[] {
   if (!existsSync(dir)) return [];
   const written: string[] = [];
   for (const file of readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'))) {
-    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[]; timeDeltas: number[] };
+    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as { startTime: number; nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[]; timeDeltas: number[] };
+    // V8's sample times and process.hrtime are both CLOCK_MONOTONIC (µs): keep the measured runs only.
+    // Should the clocks not line up (no sample after fromUs), the whole profile is used.
+    const sampleTimes: number[] = [];
+    let at = profile.startTime;
+    for (const delta of profile.timeDeltas) sampleTimes.push((at += delta));
+    const from = sampleTimes.some((t) => t >= fromUs) ? fromUs : 0;
     const self = new Map<number, number>();
-    profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+    profile.samples.forEach((id, i) => {
+      if ((sampleTimes[i] ?? 0) >= from) self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+    });
     const byFrame = new Map<string, number>();
     let total = 0;
     for (const node of profile.nodes) {
+      // Shares of busy time: the idle event loop is not a cost.
+      if (node.callFrame.functionName === '(idle)') continue;
       const micros = self.get(node.id) ?? 0;
       total += micros;
       const where = node.callFrame.url.replace(/^.*\/(node_modules|dist|src)\//, '$1/');
@@ -690,7 +703,7 @@ function profileHints(report: BenchReport): Record<string, string[]> {
     const target = SCENARIOS.find((s) => s.name === missed.scenario)?.target;
     const summary = target ? report.profiles.filter((file) => file.includes(`/${target}-`)).sort().at(-1) : undefined;
     hints[missed.id] = summary
-      ? [`profile ${summary.replace(`${ROOT}/`, '')} (whole process life), top self time:`, ...readFileSync(summary, 'utf8').split('\n').filter(Boolean).slice(0, 10)]
+      ? [`profile ${summary.replace(`${ROOT}/`, '')} (measured runs only, share of busy time), top self time:`, ...readFileSync(summary, 'utf8').split('\n').filter(Boolean).slice(0, 10)]
       : [`no profile in this run: \`npm run bench -- --profile --only bare-proxy,${missed.scenario}\` writes one (see bench/RESULTS.md, "What stands in the way")`];
   }
   return hints;
