@@ -8,7 +8,7 @@
 //   --duration S     seconds per throughput/latency scenario (default 10; fractions allowed)
 //   --warmup S       warm-up seconds before each measured run (default 1; 0 = none)
 //   --quick          short run (3 s scenarios, 50 SSE samples)
-//   --soak [MIN]     also run the soak: paid Redis calls at a fixed rate for MIN minutes (default 10)
+//   --soak [D]       also run the soak: paid Redis calls at a fixed rate for D (10m, 90s, or minutes; default 10m)
 //   --soak-rate R    req/s for the soak (default: 50% of the paid Redis max rate)
 //   --connections N  autocannon connections for the max-rate runs (default 32)
 //   --sse-samples N  sequential streaming calls per target for time-to-first-event (default 200)
@@ -30,6 +30,7 @@ import { Pool, request } from 'undici';
 import { startRedis, type RedisServer } from '../test/helpers/redis-server.js';
 import { startTestIssuer, type TestIssuer } from '../test/helpers/jwks-issuer.js';
 import { freePort } from '../test/helpers/gateway.js';
+import { evaluateTargets, parseSoakDuration, renderTargetTable, type TargetResult } from './targets.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
@@ -63,7 +64,7 @@ export function parseArgs(argv: string[]): BenchOptions {
     warmupS: Number(value('--warmup') ?? 1),
     connections: Number(value('--connections') ?? 32),
     sseSamples: Number(value('--sse-samples') ?? (quick ? 50 : 200)),
-    soakMinutes: argv.includes('--soak') ? Number(value('--soak') ?? 10) : null,
+    soakMinutes: argv.includes('--soak') ? parseSoakDuration(value('--soak')) : null,
     soakRate: value('--soak-rate') === undefined ? null : Number(value('--soak-rate')),
     profile: argv.includes('--profile'),
     only: value('--only') ? new Set((value('--only') as string).split(',')) : null,
@@ -76,7 +77,7 @@ export function parseArgs(argv: string[]): BenchOptions {
 // ---------------------------------------------------------------------------------------------------
 // Processes
 
-interface Child {
+export interface Child {
   name: string;
   proc: ChildProcess;
   pid: number;
@@ -84,12 +85,12 @@ interface Child {
   stop(): Promise<void>;
 }
 
-const LOAD_CORE = '0';
-const SERVER_CORE = '1';
+export const LOAD_CORE = '0';
+export const SERVER_CORE = '1';
 let pinning = false;
 
 /** Pins this process (autocannon runs in it) to the load core; children inherit unless told otherwise. */
-function pinSelf(enabled: boolean): string {
+export function pinSelf(enabled: boolean): string {
   if (!enabled) return 'off (--no-pin)';
   if (cpus().length < 2) return 'off (fewer than 2 cores)';
   if (spawnSync('taskset', ['-p', '-c', LOAD_CORE, String(process.pid)]).status !== 0) return 'off (taskset unavailable)';
@@ -97,7 +98,7 @@ function pinSelf(enabled: boolean): string {
   return `taskset: runner+autocannon+origin+redis on core ${LOAD_CORE}, server under test on core ${SERVER_CORE}`;
 }
 
-function launch(name: string, core: string, argv: string[], workDir: string, env: NodeJS.ProcessEnv = {}): Child {
+export function launch(name: string, core: string, argv: string[], workDir: string, env: NodeJS.ProcessEnv = {}): Child {
   const logFile = join(workDir, `${name}.log`);
   const fd = openSync(logFile, 'a');
   const [command, ...args] = pinning ? ['taskset', '-c', core, ...argv] : argv;
@@ -121,7 +122,7 @@ function launch(name: string, core: string, argv: string[], workDir: string, env
   return child;
 }
 
-async function waitForHttp(url: string, child: Child, init: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<void> {
+export async function waitForHttp(url: string, child: Child, init: { method?: string; body?: string; headers?: Record<string, string> } = {}): Promise<void> {
   const deadline = Date.now() + 120_000; // generous: start-up on a loaded 2-core box can take tens of seconds
   while (Date.now() < deadline) {
     if (child.proc.exitCode !== null) throw new Error(`${child.name} exited (${child.proc.exitCode}):\n${tail(child.logFile)}`);
@@ -142,13 +143,13 @@ function tail(file: string): string {
 }
 
 /** user+system CPU time of a process, in microseconds (from /proc, clock-tick resolution). */
-function cpuMicros(pid: number): number {
+export function cpuMicros(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLK_TCK;
 }
 
-function rssBytes(pid: number): number {
+export function rssBytes(pid: number): number {
   const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return match ? Number(match[1]) * 1024 : 0;
 }
@@ -156,9 +157,9 @@ function rssBytes(pid: number): number {
 // ---------------------------------------------------------------------------------------------------
 // MCP requests
 
-const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+export const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 
-function callBody(tool: string, args: Record<string, unknown>): string {
+export function callBody(tool: string, args: Record<string, unknown>): string {
   return JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: tool, arguments: { text: 'hello from the bench', ...args } } });
 }
 
@@ -174,7 +175,7 @@ async function call(url: string, body: string, headers: Record<string, string> =
 }
 
 /** challenge → dev pay → retry: a handle holding the SKU's whole pack (bound to the bearer's principal, if any). */
-async function fundHandle(gatewayUrl: string, auth: Record<string, string>): Promise<string> {
+export async function fundHandle(gatewayUrl: string, auth: Record<string, string>): Promise<string> {
   const challenge = await call(gatewayUrl, callBody('echo_paid', {}), auth);
   const meta = challenge.result?._meta?.['xyz.tollbooth/challenge'];
   if (!meta?.checkoutUrl || !meta.retry?.value) throw new Error(`expected a challenge, got ${JSON.stringify(challenge)}`);
@@ -187,7 +188,7 @@ async function fundHandle(gatewayUrl: string, auth: Record<string, string>): Pro
   return handle;
 }
 
-async function authorisedCalls(gatewayOrigin: string): Promise<number> {
+export async function authorisedCalls(gatewayOrigin: string): Promise<number> {
   const res = await request(`${gatewayOrigin}/metrics`);
   const text = await res.body.text();
   let sum = 0;
@@ -207,7 +208,7 @@ async function heapUsed(gatewayOrigin: string): Promise<number> {
 // ---------------------------------------------------------------------------------------------------
 // Load
 
-interface LoadResult {
+export interface LoadResult {
   requests: number;
   reqPerSec: number;
   non2xx: number;
@@ -241,7 +242,7 @@ function summarise(latencies: Float64Array): LoadResult['latencyMs'] {
  * autocannon records whole milliseconds in its histogram; sub-millisecond targets need the exact
  * per-response times, which its `response` event carries (hrtime-based, in ms).
  */
-async function load(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate?: number; keepTimes?: boolean }): Promise<LoadResult> {
+export async function load(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate?: number; keepTimes?: boolean }): Promise<LoadResult> {
   let latencies = new Float64Array(1 << 16);
   let times = options.keepTimes ? new Float64Array(1 << 16) : null;
   let count = 0;
@@ -370,7 +371,7 @@ interface ServerUnderTest {
   token: string | null;
 }
 
-function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis', redisUrl: string, issuer: TestIssuer | null, otlpEndpoint = ''): Record<string, unknown> {
+export function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis', redisUrl: string, issuer: TestIssuer | null, otlpEndpoint = ''): Record<string, unknown> {
   const publicUrl = `http://127.0.0.1:${port}/mcp`;
   return {
     server: { host: '127.0.0.1', port, publicUrl },
@@ -450,6 +451,10 @@ export interface BenchReport {
   /** What the OTLP sink received from the traced gateway (spans exported, not dropped). */
   tracing: { exportRequests: number; spans: number; bytes: number } | null;
   profiles: string[];
+  /** Issue 14's targets against this run (bench/targets.ts). */
+  targets: TargetResult[];
+  /** For each missed target: the top self-time lines of its gateway's profile, or how to get them. */
+  profileHints: Record<string, string[]>;
 }
 
 interface SoakReport {
@@ -494,8 +499,11 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     soak: null,
     tracing: null,
     profiles: [],
+    targets: [],
+    profileHints: {},
   };
 
+  let measuredFromUs = 0;
   const live = new Map<Target, ServerUnderTest>();
   // Each server starts once and stays up for the max-rate, fixed-rate and SSE runs. Only one is under
   // load at a time; the idle ones sleep in epoll (their only timer is the reconciler's, once a minute).
@@ -514,6 +522,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     if (options.soakMinutes !== null) targets.add('gw-redis');
     log(`starting ${[...targets].join(', ')}`);
     await Promise.all([...targets].map(use));
+    // Profiles are summarised from here on (start-up, module loading and funding left out).
+    measuredFromUs = Number(process.hrtime.bigint() / 1000n);
     for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
       const sut = await use(scenario.target);
       log(`max rate: ${scenario.name}`);
@@ -575,7 +585,9 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
 
   log('done');
   report.machine.loadAverageAfter = loadavg().map((l) => Math.round(l * 100) / 100);
-  if (options.profile) report.profiles = summariseProfiles(join(options.outDir, 'profiles'));
+  if (options.profile) report.profiles = summariseProfiles(join(options.outDir, 'profiles'), measuredFromUs);
+  report.targets = evaluateTargets({ maxRate: report.maxRate, fixedRate: report.fixedRate?.results ?? null, soak: report.soak });
+  report.profileHints = profileHints(report);
   const stamp = report.startedAt.replace(/[:.]/g, '-');
   writeFileSync(join(options.outDir, `${stamp}.json`), JSON.stringify(report, null, 2));
   if (options.markdown) writeMarkdown(report);
@@ -649,17 +661,27 @@ async function soak(sut: ServerUnderTest, rate: number, minutes: number): Promis
   };
 }
 
-/** Self time per function of each .cpuprofile, top 25: the evidence behind each optimisation. */
-function summariseProfiles(dir: string): string[] {
+/** Self time per function of each .cpuprofile as a share of busy (non-idle) time, top 25: the evidence behind each optimisation. */
+function summariseProfiles(dir: string, fromUs = 0): string[] {
   if (!existsSync(dir)) return [];
   const written: string[] = [];
   for (const file of readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'))) {
-    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as { nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[]; timeDeltas: number[] };
+    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as { startTime: number; nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[]; timeDeltas: number[] };
+    // V8's sample times and process.hrtime are both CLOCK_MONOTONIC (µs): keep the measured runs only.
+    // Should the clocks not line up (no sample after fromUs), the whole profile is used.
+    const sampleTimes: number[] = [];
+    let at = profile.startTime;
+    for (const delta of profile.timeDeltas) sampleTimes.push((at += delta));
+    const from = sampleTimes.some((t) => t >= fromUs) ? fromUs : 0;
     const self = new Map<number, number>();
-    profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+    profile.samples.forEach((id, i) => {
+      if ((sampleTimes[i] ?? 0) >= from) self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+    });
     const byFrame = new Map<string, number>();
     let total = 0;
     for (const node of profile.nodes) {
+      // Shares of busy time: the idle event loop is not a cost.
+      if (node.callFrame.functionName === '(idle)') continue;
       const micros = self.get(node.id) ?? 0;
       total += micros;
       const where = node.callFrame.url.replace(/^.*\/(node_modules|dist|src)\//, '$1/');
@@ -674,6 +696,19 @@ function summariseProfiles(dir: string): string[] {
   return written;
 }
 
+/** What stands in the way of each missed target: its gateway's top self-time frames (from `--profile`), or the command that gets them. */
+function profileHints(report: BenchReport): Record<string, string[]> {
+  const hints: Record<string, string[]> = {};
+  for (const missed of report.targets.filter((r) => r.status === 'missed')) {
+    const target = SCENARIOS.find((s) => s.name === missed.scenario)?.target;
+    const summary = target ? report.profiles.filter((file) => file.includes(`/${target}-`)).sort().at(-1) : undefined;
+    hints[missed.id] = summary
+      ? [`profile ${summary.replace(`${ROOT}/`, '')} (measured runs only, share of busy time), top self time:`, ...readFileSync(summary, 'utf8').split('\n').filter(Boolean).slice(0, 10)]
+      : [`no profile in this run: \`npm run bench -- --profile --only bare-proxy,${missed.scenario}\` writes one (see bench/RESULTS.md, "What stands in the way")`];
+  }
+  return hints;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // RESULTS.md
 
@@ -684,6 +719,15 @@ export function renderMarkdown(report: BenchReport): string {
   const lines: string[] = [];
   lines.push(`Run ${report.startedAt} — \`${report.command}\``, '');
   lines.push(`Machine: ${report.machine.cpu}, ${report.machine.cores} cores, ${report.machine.memoryGB} GB, Linux ${report.machine.kernel}, Node ${report.machine.node}. Load average (1/5/15 min) before ${report.machine.loadAverageBefore.join(' / ')}, after ${report.machine.loadAverageAfter?.join(' / ') ?? '?'}. Pinning: ${report.pinning}.`, '');
+  if (report.targets.length > 0) {
+    lines.push('Targets (issue 14, logging at `info` as shipped; bench/targets.ts):', '', ...renderTargetTable(report.targets), '');
+    const hinted = Object.entries(report.profileHints);
+    if (hinted.length > 0) {
+      lines.push('Profile hints for the missed targets:', '');
+      for (const [id, hint] of hinted) lines.push(`- \`${id}\`: ${hint[0]}`, ...hint.slice(1).map((l) => `    - \`${l.trim()}\``));
+      lines.push('');
+    }
+  }
   lines.push(`Max rate (${report.options.connections} connections, ${report.options.durationS} s each):`, '');
   lines.push('| scenario | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req (server) | CPU µs/req (origin) | CPU µs/req (redis) | RSS MB | non-2xx | authorised |');
   lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');

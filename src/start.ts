@@ -2,7 +2,7 @@
 // stop accepting, finish calls in flight (up to the call deadline), close the store, exit 0.
 import type { GatewayConfig } from './config/schema.js';
 import { maskSecrets } from './config/mask.js';
-import { createLogger, type Logger } from './observability/logger.js';
+import { createLogger, flushLogs, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { startTracing } from './observability/tracing.js';
 import { DevProvider } from './payments/dev.js';
@@ -175,16 +175,17 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   };
 }
 
-/** The CLI's `start`: run until a signal, then drain and exit 0. */
+/** How long `start` waits for buffered log lines to reach stdout before it exits anyway. */
+const LOG_FLUSH_MS = 5_000;
+
+/** The CLI's `start`: run until a signal, then drain, flush the buffered log lines (observability/logger.ts) and exit 0. */
 export async function startGateway(config: GatewayConfig, options: { configPath: string }): Promise<void> {
   const logger = createLogger(config.logging.level);
   const running = await runGateway(config, { logger, configPath: options.configPath });
   const stop = (signal: string): void => {
     logger.info({ evt: 'shutdown', signal }, 'finishing calls in flight, then exiting');
-    running.close().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
+    const exit = (code: number) => (): Promise<never> => flushLogs(logger, LOG_FLUSH_MS).then(() => process.exit(code));
+    void running.close().then(exit(0), exit(1));
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));

@@ -6,7 +6,7 @@ import { GatewayError } from '../errors.js';
 import type { JsonObject, JsonRpcResponse } from '../mcp/jsonrpc.js';
 import { isObject } from '../mcp/jsonrpc.js';
 import { fingerprint } from '../observability/fingerprint.js';
-import type { Logger } from '../observability/logger.js';
+import { createCallLogger, type CallLogger, type Logger } from '../observability/logger.js';
 import type { Metrics, PaidOutcome } from '../observability/metrics.js';
 import { recordPaidCall } from '../observability/tracing.js';
 import { ProviderError, type PaymentProvider } from '../payments/provider.js';
@@ -68,9 +68,16 @@ interface BudgetRefusal {
 
 export class Paywall {
   readonly #deps: PaywallDeps;
+  readonly #server: string;
+  readonly #logCallLine: CallLogger;
+  /** prom-client label children, bound once per (tool, sku, outcome) / (sku, kind): a label lookup hashes its labels on every call. */
+  readonly #paidCallCounters = new Map<string, Map<string, Map<PaidOutcome, { inc(): void }>>>();
+  readonly #creditCounters = new Map<string, { spent: { inc(n: number): void }; refunded: { inc(n: number): void } }>();
 
   constructor(deps: PaywallDeps) {
     this.#deps = deps;
+    this.#server = deps.server ?? 'default';
+    this.#logCallLine = createCallLogger(deps.logger, this.#server);
   }
 
   /** §6.2 steps 2–6. Never throws: store and provider failures become `payments_unavailable` (fail closed). */
@@ -207,7 +214,7 @@ export class Paywall {
     try {
       const remaining = keep ? await store.commit(handleHash, reservationId, context.tool) : await store.release(handleHash, reservationId);
       if (remaining !== null) {
-        metrics.credits.inc({ sku: context.sku, kind: keep ? 'spent' : 'refunded' }, context.cost);
+        this.#creditCounter(context.sku)[keep ? 'spent' : 'refunded'].inc(context.cost);
         if (registration) this.#background('concludePricedRequest', store.concludePricedRequest(registration, keep ? 'committed' : 'released', keep ? remaining : null));
         return { state: keep ? 'committed' : 'released', remaining, ours: true };
       }
@@ -226,7 +233,8 @@ export class Paywall {
 
   async #concludeX402(priced: PricedCall, held: X402Held, outcome: CallOutcome, wouldCommit: boolean, registration: PricedRequestKey | null): Promise<Conclusion> {
     const concluded = await (this.#deps.x402 as X402Calls).conclude(priced, held, outcome, wouldCommit, registration);
-    this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts: held.facts, outcome: concluded.logOutcome, cost: 0, startedAt: priced.startedAt, x402: { ...held.claim.logFields(), settled: concluded.settled } });
+    const { payer, network, amount } = held.claim.logFields();
+    this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts: held.facts, outcome: concluded.logOutcome, cost: 0, startedAt: priced.startedAt, x402: { payer, network, amount, settled: concluded.settled } });
     return { state: concluded.state, message: concluded.message };
   }
 
@@ -410,7 +418,7 @@ export class Paywall {
 
   /** The tool as charges and ledger entries record it (admin output): `<server>/<tool>` outside the default endpoint (SPEC §18). */
   #recordedTool(name: string): string {
-    const server = this.#deps.server ?? 'default';
+    const server = this.#server;
     return server === 'default' ? name : `${server}/${name}`;
   }
 
@@ -419,13 +427,44 @@ export class Paywall {
   }
 
   /** The one log line (and counter) of a priced call (SPEC §10), wherever it is concluded. */
-  #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; x402?: JsonObject }): void {
-    const { metrics, logger, now } = this.#deps;
-    const server = this.#deps.server ?? 'default';
-    metrics.paidCalls.inc({ server, tool: line.tool, sku: line.sku, outcome: line.outcome });
+  #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; x402?: { payer: string; network: string; amount: string; settled: boolean } }): void {
+    this.#paidCallCounter(line.tool, line.sku, line.outcome).inc();
     recordPaidCall(line.tool, line.sku, line.outcome, line.cost);
     // An x402-paid call adds payer (shortened), network, amount (atomic units) and settled: never the payment or its signature.
-    logger.info({ evt: 'call', reqId: line.reqId, server, tool: line.tool, sku: line.sku, ...line.facts, outcome: line.outcome, cost: line.cost, durationMs: now() - line.startedAt, ...(line.resumed ? { resumed: true } : {}), ...line.x402 });
+    const { facts } = line;
+    this.#logCallLine({
+      reqId: line.reqId,
+      tool: line.tool,
+      sku: line.sku,
+      rail: facts.rail,
+      tokenPresented: facts.tokenPresented,
+      tokenFingerprint: facts.tokenFingerprint,
+      tokenRecognised: facts.tokenRecognised,
+      outcome: line.outcome,
+      cost: line.cost,
+      durationMs: this.#deps.now() - line.startedAt,
+      resumed: line.resumed,
+      x402: line.x402,
+    });
+  }
+
+  #paidCallCounter(tool: string, sku: string, outcome: PaidOutcome): { inc(): void } {
+    let bySku = this.#paidCallCounters.get(tool);
+    if (!bySku) this.#paidCallCounters.set(tool, (bySku = new Map()));
+    let byOutcome = bySku.get(sku);
+    if (!byOutcome) bySku.set(sku, (byOutcome = new Map()));
+    let counter = byOutcome.get(outcome);
+    if (!counter) byOutcome.set(outcome, (counter = this.#deps.metrics.paidCalls.labels(this.#server, tool, sku, outcome)));
+    return counter;
+  }
+
+  #creditCounter(sku: string): { spent: { inc(n: number): void }; refunded: { inc(n: number): void } } {
+    let counters = this.#creditCounters.get(sku);
+    if (!counters) {
+      const credits = this.#deps.metrics.credits;
+      this.#creditCounters.set(sku, (counters = { spent: credits.labels(sku, 'spent'), refunded: credits.labels(sku, 'refunded') }));
+    }
+    return counters;
   }
 }
 

@@ -30,6 +30,8 @@ t.test('a short bench run writes a results JSON covering every scenario', async 
     sse: { results: Record<string, { p50: number }> };
     soak: { windows: unknown[] };
     tracing: { spans: number; exportRequests: number };
+    targets: { id: string; status: string }[];
+    profileHints: Record<string, string[]>;
   };
   t.same(report.maxRate.map((r) => r.name), SCENARIOS);
   t.same(report.fixedRate.results.map((r) => r.name), SCENARIOS);
@@ -44,4 +46,8 @@ t.test('a short bench run writes a results JSON covering every scenario', async 
   t.same(Object.keys(report.sse.results), ['direct', 'gateway-free', 'gateway-paid-memory']);
   t.ok(report.soak.windows.length > 0, 'soak windows reported');
   t.ok(report.tracing.spans > 0 && report.tracing.exportRequests > 0, 'the traced gateway exported spans to the sink');
+  t.equal(report.targets.length, 10, 'every issue-14 target evaluated');
+  t.ok(report.targets.every((r) => ['met', 'missed', 'not measured'].includes(r.status)), 'each with a status');
+  t.equal(report.targets.find((r) => r.id === 'soak')?.status, 'not measured', 'a 3-second soak does not count as the 10-minute one');
+  for (const missed of report.targets.filter((r) => r.status === 'missed')) t.ok(report.profileHints[missed.id]?.length, `${missed.id}: a profile hint`);
 });

@@ -178,5 +178,5 @@ t.test('a gateway SIGKILLed while a priced call holds a reservation: another rep
   t.ok(sinceForwardMs >= CALL_DEADLINE_MS + 5_000 - 1_000, 'not released before its deadline');
   t.equal(await balanceOf(store, handle), 10, 'the credit is back');
   t.match(await callTool(survivor.url, 'fetch_readable', { url: 'https://example.com/', tollboothToken: handle }), { kind: 'paid', remaining: 9 }, 'the handle spends normally afterwards');
-  t.ok(survivor.logs().some((line) => line.evt === 'reservations_released'), 'the survivor logged the release');
+  t.ok((await survivor.settledLogs()).some((line) => line.evt === 'reservations_released'), 'the survivor logged the release');
 });

@@ -12,7 +12,7 @@ import { Cluster, Redis } from 'ioredis';
 import type { Test } from 'tap';
 import { request, type Dispatcher } from 'undici';
 import type { ConfigInput } from '../../src/config/schema.js';
-import { createLogger } from '../../src/observability/logger.js';
+import { createLogger, STDOUT_BUFFER } from '../../src/observability/logger.js';
 import { hashHandle } from '../../src/paywall/handles.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
@@ -32,6 +32,11 @@ export interface GatewayProcess {
   output(): string;
   /** The JSON log lines so far, parsed (other lines skipped). */
   logs(): Record<string, unknown>[];
+  /**
+   * The JSON log lines once everything logged before this call has reached stdout: `start` writes
+   * stdout in batches, flushed at least every STDOUT_BUFFER.flushIntervalMs (observability/logger.ts).
+   */
+  settledLogs(): Promise<Record<string, unknown>[]>;
   /** SIGTERM (graceful drain), resolves with the exit code. */
   stop(): Promise<number | null>;
   /** SIGKILL (a crash), resolves once the process is gone. */
@@ -106,6 +111,15 @@ export async function startGatewayProcess(t: Test, input: ConfigInput): Promise<
     await sleep(50);
   }
 
+  const logs = (): Record<string, unknown>[] =>
+    text.split('\n').flatMap((line) => {
+      if (!line.startsWith('{')) return [];
+      try {
+        return [JSON.parse(line) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
   return {
     url: `${origin}${input.server?.mcpPath ?? '/mcp'}`,
     origin,
@@ -113,15 +127,11 @@ export async function startGatewayProcess(t: Test, input: ConfigInput): Promise<
     configPath,
     child,
     output: () => text,
-    logs: () =>
-      text.split('\n').flatMap((line) => {
-        if (!line.startsWith('{')) return [];
-        try {
-          return [JSON.parse(line) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      }),
+    logs,
+    async settledLogs() {
+      await sleep(STDOUT_BUFFER.flushIntervalMs * 2 + 100);
+      return logs();
+    },
     async stop() {
       if (gone()) return child.exitCode;
       const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
