@@ -115,14 +115,14 @@ function rawCall(era: 'legacy' | 'modern', url: string, token: string, name: str
   return send(url, { jsonrpc: '2.0', id: 99, method: 'tools/call', params: { name, arguments: {}, _meta: meta } }, { ...headers, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': name });
 }
 
-/** Reads a GET stream until its text holds `marker` in a complete event (or 5 s), then hangs up. */
+/** Reads a GET stream until its text holds `marker` in a complete event (or 20 s: generous for a loaded machine, it ends at the marker), then hangs up. */
 async function readUntil(url: string, headers: Record<string, string>, marker: string): Promise<Reply> {
   const controller = new AbortController();
   const response = await fetch(url, { method: 'GET', headers: { accept: 'text/event-stream', ...headers }, signal: controller.signal });
   const reader = (response.body as ReadableStream<Uint8Array>).getReader();
   const decoder = new TextDecoder();
   let text = '';
-  const deadline = Date.now() + 5_000;
+  const deadline = Date.now() + 20_000;
   while (Date.now() < deadline && !(text.includes(marker) && /\n\n$/.test(text))) {
     const next = await Promise.race([reader.read(), new Promise<null>((resolve) => setTimeout(() => resolve(null), Math.max(1, deadline - Date.now())))]);
     if (next === null || next.done) break;

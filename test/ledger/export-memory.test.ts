@@ -28,6 +28,10 @@ const PER_HANDLE = 50;
 const ENTRIES = HANDLES * PER_HANDLE;
 const MB = 1024 * 1024;
 
+// 100,000 entries written, exported twice and verified, with a full GC every 250 ms: ~40 s on a quiet
+// 2-core machine, several times that when the suite's other files load both cores.
+t.setTimeout(360_000);
+
 const redis = await startRedis();
 t.teardown(() => redis.stop());
 const keyPrefix = `tbexport${randomBytes(3).toString('hex')}:`;
