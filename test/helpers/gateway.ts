@@ -2,6 +2,7 @@
 // real providers) with its JSON log lines captured, so tests can assert on logs and metrics too.
 import { Writable } from 'node:stream';
 import type { Test } from 'tap';
+import type { Clock } from '../../src/clock.js';
 import { configSchema, type ConfigInput, type GatewayConfig } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { runGateway, type RunningGateway } from '../../src/start.js';
@@ -40,10 +41,10 @@ export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> 
 }
 
 /**
- * Starts a gateway; it is closed when the test ends. Port 0 picks a free port; publicUrl then
- * follows the real port unless the config sets one.
+ * Starts a gateway; it is closed when the test ends. Port 0 (the default) binds any free port; publicUrl
+ * then follows the bound port unless the config sets one. `clock`: a test clock (helpers/clock.ts).
  */
-export async function startTestGateway(t: Test, input: ConfigInput, options: { now?: () => number } = {}): Promise<TestGateway> {
+export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock } = {}): Promise<TestGateway> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -51,18 +52,16 @@ export async function startTestGateway(t: Test, input: ConfigInput, options: { n
       done();
     },
   });
-  const port = input.server?.port ?? 0;
-  const chosenPort = port === 0 ? await freePort() : port;
-  const withPort: ConfigInput = { ...input, server: { ...input.server, port: chosenPort } };
-  const config = configSchema.parse(withPort);
+  const config = configSchema.parse({ ...input, server: { ...input.server, port: input.server?.port ?? 0 } });
   const logger = createLogger(config.logging.level, sink);
-  const running = await runGateway(config, { logger, now: options.now });
+  const running = await runGateway(config, { logger, clock: options.clock });
   t.teardown(() => running.close());
   return {
     ...running,
     url: running.url,
     origin: new URL(running.url).origin,
-    config,
+    // The config the gateway runs (a port-0 publicUrl names the bound port).
+    config: running.config,
     logs: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>),
     logText: () => lines.join('\n'),
   };

@@ -14,6 +14,8 @@ import { mintNonce } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { ChargeRecord, ClaimResult, SettlementClaim, Store } from '../../src/store/store.js';
 import { startMooveFake, type MooveFake } from '../helpers/moove-fake.js';
+import { systemClock } from '../../src/clock.js';
+import { wallClock } from '../helpers/clock.js';
 
 type Tap = Pick<typeof t, 'teardown'>;
 
@@ -48,7 +50,7 @@ function harness(store: Store = new MemoryStore(), provider: PaymentProvider = u
     },
   });
   const metrics = createMetrics(async () => 0);
-  const settler = new Settler({ store, provider, policy: POLICY, metrics, logger: createLogger('info', sink), now: Date.now });
+  const settler = new Settler({ store, provider, policy: POLICY, metrics, logger: createLogger('info', sink), clock: systemClock });
   return { store, settler, metrics, logs: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>) };
 }
 
@@ -191,7 +193,7 @@ function answeringTogether(inner: PaymentProvider, count: number): PaymentProvid
 
 /** 20 webhook triggers, 20 agent retries and 10 reconcilers (one store lease) start together. */
 async function race(h: Harness, charge: ChargeRecord, provider: PaymentProvider): Promise<void> {
-  const reconcilers = Array.from({ length: 10 }, () => new Reconciler({ store: h.store, provider, settler: h.settler, metrics: h.metrics, logger: createLogger('silent'), intervalMs: 60_000, now: () => Date.now() + 3_000 }));
+  const reconcilers = Array.from({ length: 10 }, () => new Reconciler({ store: h.store, provider, settler: h.settler, metrics: h.metrics, logger: createLogger('silent'), intervalMs: 60_000, clock: wallClock(() => Date.now() + 3_000) }));
   const observers: Array<Promise<unknown>> = [];
   for (let i = 0; i < 20; i++) observers.push(h.settler.observeByRef(charge.providerRef as string));
   for (let i = 0; i < 20; i++) observers.push(h.settler.observe(charge));
