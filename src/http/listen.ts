@@ -27,14 +27,13 @@ export function listen(server: Server, host: string, port: number): Promise<Boun
 }
 
 /**
- * The config with a public URL derived from port 0 (and an audience derived from it) naming `port`, the one
- * bound; a configured public URL, or a derived one with a real port, is left as it is.
+ * The config with a public URL naming port 0 (derived from server.port 0, or so written by a test) and an
+ * audience equal to it naming `port`, the one bound; any other public URL is left as it is.
  */
 export function withBoundPort(config: GatewayConfig, port: number): GatewayConfig {
-  const derived = new URL(config.server.publicUrl);
-  if (derived.port !== '0') return config;
-  derived.port = String(port);
-  const publicUrl = derived.href;
+  if (new URL(config.server.publicUrl).port !== '0') return config;
+  // The port alone is replaced, so the URL stays byte for byte what was configured (an audience compares exactly).
+  const publicUrl = config.server.publicUrl.replace(/^([a-z]+:\/\/[^/?#]*):0(?=[/?#]|$)/i, `$1:${port}`);
   const audience = config.auth.audience === config.server.publicUrl ? publicUrl : config.auth.audience;
   return { ...config, server: { ...config.server, publicUrl }, auth: { ...config.auth, audience } };
 }

@@ -36,7 +36,10 @@ t.test('an IPv6 host is bracketed in the origin', async (t) => {
   const server = createServer();
   t.teardown(() => server.close());
   const bound = await listen(server, '::1', 0).catch(() => null);
-  if (!bound) return t.skip('no IPv6 loopback here');
+  if (!bound) {
+    t.pass('no IPv6 loopback here');
+    return;
+  }
   t.equal(bound.origin, `http://[::1]:${bound.port}`);
 });
 
@@ -49,6 +52,11 @@ t.test('a public URL derived from port 0 names the bound port, and so does the a
   t.equal(bound.server.publicUrl, 'http://127.0.0.1:4321/mcp');
   t.equal(bound.auth.audience, 'http://127.0.0.1:4321/mcp');
   t.equal(bound.server.port, 0, 'the configured port stays as written (a reload compares it)');
+});
+
+t.test('a public URL written with port 0 keeps its exact form with the bound port (no slash added)', async (t) => {
+  const config = configSchema.parse({ ...base, server: { host: '127.0.0.1', port: 0, publicUrl: 'http://127.0.0.1:0' } });
+  t.equal(withBoundPort(config, 4321).server.publicUrl, 'http://127.0.0.1:4321');
 });
 
 t.test('a configured public URL is left as it is', async (t) => {
