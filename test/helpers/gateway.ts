@@ -3,6 +3,7 @@
 import { Writable } from 'node:stream';
 import type { Test } from 'tap';
 import type { Clock } from '../../src/clock.js';
+import { waitFor } from './clock.js';
 import { configSchema, type ConfigInput, type GatewayConfig } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { runGateway, type RunningGateway } from '../../src/start.js';
@@ -106,4 +107,14 @@ export async function fundedHandle(gateway: { url: string }, tool = 'fetch_reada
 export async function researchBalance(gateway: TestGateway, handle: string): Promise<number> {
   const { hashHandle } = await import('../../src/paywall/handles.js');
   return (await gateway.store.getHandle(hashHandle(handle, gateway.config.handles.hashSecret)))?.balances.research ?? 0;
+}
+
+/**
+ * Resolves once the handle's ledger holds `count` spend entries: a priced call read to its end and its
+ * credit committed (for tests that wait for a call to conclude while nobody listens, instead of a sleep).
+ */
+export async function waitForSpends(gateway: TestGateway, handle: string, count = 1): Promise<void> {
+  const { hashHandle } = await import('../../src/paywall/handles.js');
+  const hash = hashHandle(handle, gateway.config.handles.hashSecret);
+  await waitFor(async () => (await gateway.store.ledgerTail(hash, 100)).filter((entry) => entry.kind === 'spend').length >= count, `${count} spend(s) in the ledger`);
 }
