@@ -1,6 +1,6 @@
 // Wires the configured parts together and runs the gateway until SIGTERM/SIGINT (SPEC §2):
 // stop accepting, finish calls in flight (up to the call deadline), close the store, exit 0.
-import { createServer } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { systemClock, type Clock } from './clock.js';
 import type { GatewayConfig } from './config/schema.js';
 import { maskSecrets } from './config/mask.js';
@@ -62,7 +62,7 @@ export async function runGateway(given: GatewayConfig, options: { logger?: Logge
 
 async function assemble(
   config: GatewayConfig,
-  options: { logger: Logger; clock: Clock; listener: ReturnType<typeof createServer>; bound: BoundAddress | null; configPath?: string | undefined },
+  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined },
 ): Promise<RunningGateway> {
   const { logger, clock } = options;
   const store = await createStore(config, { logger, clock });

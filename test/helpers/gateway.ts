@@ -68,6 +68,11 @@ export async function startTestGateway(t: Test, input: ConfigInput, options: { c
   };
 }
 
+/**
+ * A port that was free a moment ago, for a process that cannot bind port 0 and report back (a CLI child
+ * logging at warn, server-everything, prometheus). Racy by nature: callers retry on EADDRINUSE. Anything
+ * in this process binds port 0 instead (startTestGateway, origins, SDK servers).
+ */
 export async function freePort(): Promise<number> {
   const net = await import('node:net');
   return new Promise((resolve, reject) => {
