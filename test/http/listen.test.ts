@@ -63,3 +63,16 @@ t.test('a configured public URL is left as it is', async (t) => {
   const config = configSchema.parse({ ...base, server: { host: '127.0.0.1', port: 0, publicUrl: 'https://mcp.example.com/mcp' } });
   t.equal(withBoundPort(config, 4321), config);
 });
+
+t.test('runGateway on port 0 reports the bound URL, and its derived public URL names the same port', async (t) => {
+  const { runGateway } = await import('../../src/start.js');
+  const { createLogger } = await import('../../src/observability/logger.js');
+  const config = configSchema.parse({ ...base, server: { host: '127.0.0.1', port: 0 } });
+  const running = await runGateway(config, { logger: createLogger('silent') });
+  t.teardown(() => running.close());
+  const { port } = new URL(running.url);
+  t.not(port, '0');
+  t.equal(running.url, `http://127.0.0.1:${port}/mcp`);
+  t.equal(running.config.server.publicUrl, running.url, 'checkout links and PRM name the port clients reach');
+  t.equal((await fetch(new URL('/healthz', running.url))).status, 200, 'and the gateway answers there');
+});
