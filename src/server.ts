@@ -3,6 +3,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
+import { systemClock, type Clock } from './clock.js';
 import type { GatewayConfig } from './config/schema.js';
 import type { Logger } from './observability/logger.js';
 import type { Metrics } from './observability/metrics.js';
@@ -12,6 +13,7 @@ import type { PaymentProvider } from './payments/provider.js';
 import { Settler } from './payments/settle.js';
 import { registerDevCheckout } from './http/dev-checkout.js';
 import type { X402Rail } from './payments/x402/rail.js';
+import { DeadlineQueue } from './proxy/deadlines.js';
 import type { UpstreamTarget } from './proxy/upstream-target.js';
 import { GatewayError } from './errors.js';
 import { asGatewayError, sendErrorReply } from './io/error-reply.js';
@@ -29,7 +31,8 @@ export interface GatewayDeps {
   servers?: Record<string, UpstreamTarget>;
   logger: Logger;
   metrics: Metrics;
-  now?: () => number;
+  /** The one clock (src/clock.ts): wall time for records and expiries, monotonic time and timers for deadlines. */
+  clock?: Clock;
   /** OpenTelemetry spans for the MCP endpoint (SPEC §17); absent or null when tracing is off. */
   tracing?: Tracing | null;
   /** Extra routes a provider needs (the Moove webhook receiver), registered with the others. */
@@ -46,7 +49,8 @@ export interface Gateway {
 }
 
 export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Promise<Gateway> {
-  const now = deps.now ?? Date.now;
+  const clock = deps.clock ?? systemClock;
+  const now = clock.now;
   const app = Fastify({
     logger: false,
     bodyLimit: config.server.bodyLimit,
@@ -74,8 +78,12 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
   });
   app.setNotFoundHandler((_request, reply) => sendErrorReply(reply, new GatewayError('TB_ERR_NOT_FOUND', 'not found')));
 
-  const settler = new Settler({ store: deps.store, provider: deps.provider, policy: config.payments.settlement, metrics: deps.metrics, logger: deps.logger, now });
+  const settler = new Settler({ store: deps.store, provider: deps.provider, policy: config.payments.settlement, metrics: deps.metrics, logger: deps.logger, clock });
   const openStreams = new Set<ServerResponse>();
+  // One deadline queue per gateway, on its clock: every endpoint's priced calls share its one timer; it is
+  // disarmed when this gateway closes (after its calls in flight), whatever other gateways the process runs.
+  const deadlines = new DeadlineQueue(clock);
+  app.addHook('onClose', async () => deadlines.close());
   closeUnusedConnectionsOnClose(app);
   // One MCP endpoint per entry (SPEC §18): the top-level one, then each of `servers`, each before its own upstream.
   const servers: Record<string, UpstreamTarget> = {};
@@ -91,6 +99,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
       metrics: deps.metrics,
       logger: deps.logger,
       now,
+      deadlines,
       tracing: deps.tracing ?? null,
       x402Rail: deps.x402Rail ?? null,
       openStreams,

@@ -1,5 +1,7 @@
 // Wires the configured parts together and runs the gateway until SIGTERM/SIGINT (SPEC §2):
 // stop accepting, finish calls in flight (up to the call deadline), close the store, exit 0.
+import { createServer, type Server } from 'node:http';
+import { systemClock, type Clock } from './clock.js';
 import type { GatewayConfig } from './config/schema.js';
 import { maskSecrets } from './config/mask.js';
 import { createLogger, flushLogs, type Logger } from './observability/logger.js';
@@ -10,6 +12,7 @@ import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { X402Rail } from './payments/x402/rail.js';
 import { Reconciler } from './payments/reconciler.js';
+import { listen, withBoundPort, type BoundAddress } from './http/listen.js';
 import { registerMooveWebhookRoute } from './http/moove-webhook.js';
 import { MOOVE_WEBHOOK_EVENT_MEMORY_MS } from './payments/webhook.js';
 import { configSha, maxCallDeadline, prepareReload } from './gateway/reload.js';
@@ -27,6 +30,7 @@ export interface RunningGateway {
   readonly config: GatewayConfig;
   /** SPEC §18: re-read and apply the config file (what SIGHUP does); resolves with the result. */
   reload(): Promise<ReloadResult>;
+  /** The MCP endpoint on the bound address (server.port 0: the port the OS gave). */
   url: string;
   store: Store;
   reconciler: Reconciler;
@@ -35,12 +39,33 @@ export interface RunningGateway {
 
 /**
  * Builds and listens; resolves once the gateway accepts connections. Used by the CLI and by tests.
- * `now` (epoch ms) replaces the wall clock of the paywall, settlement and reconciler (tests move time forward).
+ * `clock` replaces the system clock of the store, paywall, settlement, deadlines and reconciler (tests move
+ * time forward with test/helpers/clock.ts).
  */
-export async function runGateway(config: GatewayConfig, options: { logger?: Logger; configPath?: string; now?: () => number } = {}): Promise<RunningGateway> {
-  const logger = options.logger ?? createLogger(config.logging.level);
-  const now = options.now ?? Date.now;
-  const store = await createStore(config, { logger });
+export async function runGateway(given: GatewayConfig, options: { logger?: Logger; configPath?: string; clock?: Clock } = {}): Promise<RunningGateway> {
+  const logger = options.logger ?? createLogger(given.logging.level);
+  const clock = options.clock ?? systemClock;
+  // server.port 0 (tests): bound first, so a public URL derived from the port names the bound one; no
+  // request can wait meanwhile, since nobody knows the port yet. A configured port is bound last, so it
+  // accepts connections only once the gateway can answer them.
+  const listener = createServer();
+  let bound: BoundAddress | null = null;
+  if (given.server.port === 0) bound = await listen(listener, given.server.host, 0);
+  const config = bound ? withBoundPort(given, bound.port) : given;
+  try {
+    return await assemble(config, { logger, clock, listener, bound, configPath: options.configPath });
+  } catch (error) {
+    listener.close();
+    throw error;
+  }
+}
+
+async function assemble(
+  config: GatewayConfig,
+  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined },
+): Promise<RunningGateway> {
+  const { logger, clock } = options;
+  const store = await createStore(config, { logger, clock });
   // Off (no otlpEndpoint): null, and nothing of OpenTelemetry is loaded.
   const tracing = await startTracing(config.tracing, logger);
   const metrics = createMetrics(() => store.countPendingCharges());
@@ -51,7 +76,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })
       : new DevProvider({ store, publicUrl: config.server.publicUrl });
-  const x402Rail = X402Rail.fromConfig(config, { store, logger, metrics, clock: now }); // null when payments.x402 is off
+  const x402Rail = X402Rail.fromConfig(config, { store, logger, metrics, clock: clock.now }); // null when payments.x402 is off
 
   const build = (next: GatewayConfig, nextTargets: EndpointUpstreams): Promise<Gateway> => buildGateway(next, {
     // Traced: store and provider calls made for a request become children of its span (elsewhere they run as they are).
@@ -61,7 +86,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     servers: nextTargets.servers,
     logger,
     metrics,
-    now,
+    clock,
     x402Rail,
     tracing,
     registerProviderRoutes: (app, settler) =>
@@ -76,19 +101,11 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
   });
   const gateway = await build(config, targets);
   await gateway.app.ready();
-  const front = new GatewaySwitch(gateway);
-  const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval, now });
+  const front = new GatewaySwitch(gateway, options.listener);
+  const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval, clock });
 
-  await new Promise<void>((resolve, reject) => {
-    front.server.once('error', reject);
-    front.server.listen({ host: config.server.host, port: config.server.port }, () => {
-      front.server.off('error', reject);
-      resolve();
-    });
-  });
+  const { port, origin } = options.bound ?? (await listen(front.server, config.server.host, config.server.port));
   reconciler.start();
-  const address = front.server.address();
-  const port = typeof address === 'object' && address ? address.port : config.server.port;
   logger.info({ evt: 'start', config: maskSecrets(config), configPath: options.configPath, port }, 'tollbooth gateway listening');
   if (provider.name === 'dev') {
     logger.warn({ evt: 'dev_provider' }, 'payments.provider is "dev": checkout links are local test pages and no real money moves. Do not use in production.');
@@ -114,7 +131,8 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
         logger.error({ evt: 'config_reload', result: outcome.result, file: options.configPath, path: outcome.path, line: outcome.line }, outcome.message);
         return outcome.result;
       }
-      const next = outcome.config;
+      // A reloaded file still says port 0: its derived public URL names the port this process bound.
+      const next = options.bound ? withBoundPort(outcome.config, options.bound.port) : outcome.config;
       let nextTargets: EndpointUpstreams;
       let nextGateway: Gateway;
       try {
@@ -167,7 +185,7 @@ export async function runGateway(config: GatewayConfig, options: { logger?: Logg
     get config() {
       return effective;
     },
-    url: `http://${config.server.host}:${port}${config.server.mcpPath}`,
+    url: `${origin}${config.server.mcpPath}`,
     store,
     reconciler,
     reload,

@@ -24,7 +24,7 @@ import { classifyUpstreamError, UpstreamAbort } from '../src/proxy/upstream-fail
 import { MemoryStore } from '../src/store/memory.js';
 import { openRedisClient } from '../src/store/redis-connection.js';
 import { raw as rawBridge, startTestBridge, initializeRequest } from './bridge/helpers.js';
-import { freePort, startTestGateway, testConfig } from './helpers/gateway.js';
+import { startTestGateway, testConfig } from './helpers/gateway.js';
 import { startTestIssuer } from './helpers/jwks-issuer.js';
 import { sendWebhook, startMooveFake } from './helpers/moove-fake.js';
 import { deadPort, startScriptedUpstream } from './helpers/scripted-upstream.js';
@@ -168,12 +168,13 @@ t.test('OAuth: no token, a missing scope, a session that is not the caller\'s', 
   t.teardown(() => upstream.close());
   const issuer = await startTestIssuer();
   t.teardown(() => issuer.close());
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
   const gateway = await startTestGateway(
     t,
-    testConfig(upstream.url, { server: { host: '127.0.0.1', port, publicUrl }, auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'] } }),
+    testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'] } }),
   );
+  publicUrl = gateway.config.server.publicUrl;
   const ping = JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'ping' });
   const none = await send(gateway.url, { body: ping });
   expectRpc(t, none, 'TB_ERR_UNAUTHENTICATED', 3);

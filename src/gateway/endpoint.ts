@@ -17,6 +17,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { PaymentProvider } from '../payments/provider.js';
 import type { Settler } from '../payments/settle.js';
+import type { DeadlineQueue } from '../proxy/deadlines.js';
 import type { X402Rail } from '../payments/x402/rail.js';
 import { Paywall } from '../paywall/decide.js';
 import { X402Calls } from '../paywall/x402-calls.js';
@@ -33,6 +34,8 @@ export interface EndpointDeps {
   metrics: Metrics;
   logger: Logger;
   now: () => number;
+  /** The gateway's one deadline queue (server.ts), shared by its endpoints. */
+  deadlines: DeadlineQueue;
   tracing: Tracing | null;
   x402Rail: X402Rail | null;
   openStreams: Set<ServerResponse>;
@@ -96,6 +99,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     metrics: deps.metrics,
     logger: deps.logger,
     now,
+    deadlines: deps.deadlines,
     openStreams: deps.openStreams,
     tracing: deps.tracing,
   });

@@ -22,9 +22,10 @@ export class GatewaySwitch {
   readonly #unused = new Set<Socket>();
   #closing = false;
 
-  constructor(gateway: Gateway) {
+  /** @param server the listener, when it was bound before the gateway was built (start.ts, port 0) */
+  constructor(gateway: Gateway, server: Server = createServer()) {
     this.#current = { gateway, inFlight: 0, idle: null };
-    this.server = createServer();
+    this.server = server;
     const own = gateway.app.server;
     // As fastify configures its own server (keep-alive outlives a request; no request timeout on streams).
     this.server.keepAliveTimeout = own.keepAliveTimeout;

@@ -11,7 +11,7 @@ import type { ServerResponse } from 'node:http';
 import httpProxy from '@fastify/http-proxy';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { GatewayError } from '../errors.js';
-import { DeadlineQueue } from '../proxy/deadlines.js';
+import type { DeadlineQueue } from '../proxy/deadlines.js';
 import { createRequestGuard, type GuardSettings } from './guards.js';
 import { applyMcpPolicy, type PolicyInputs } from './mcp-policy.js';
 import { idOf, type JsonRpcId } from '../mcp/jsonrpc.js';
@@ -55,6 +55,8 @@ export interface McpEndpointDeps extends PolicyInputs {
   metrics: Metrics;
   logger: Logger;
   now: () => number;
+  /** The gateway's deadline queue (one per gateway, closed with it). */
+  deadlines: DeadlineQueue;
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
   openStreams: Set<ServerResponse>;
   /** null when tracing is off: no span is ever built. */
@@ -73,7 +75,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     paywall: deps.paywall,
     registry,
     recorder,
-    deadlines: new DeadlineQueue(),
+    deadlines: deps.deadlines,
     cancel: { target: deps.target, upstreamHeaders: upstreamHeaders.values, logger: deps.logger },
     maxResponseBytes: deps.maxResponseBytes,
     callDeadlineMs: deps.callDeadlineMs,

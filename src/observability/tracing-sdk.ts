@@ -316,9 +316,10 @@ function installContextManager(): void {
  * collector's URL, credentials included); requests never wait for it.
  */
 function reportExportFailures(logger: Logger): void {
-  let lastLoggedAt = 0;
+  // Process-wide (the SDK has one global error handler), so it reads the process's monotonic clock, not a gateway's.
+  let lastLoggedAt = Number.NEGATIVE_INFINITY;
   setGlobalErrorHandler((error) => {
-    const now = Date.now();
+    const now = performance.now();
     if (now - lastLoggedAt < EXPORT_FAILURE_LOG_INTERVAL_MS) return;
     lastLoggedAt = now;
     const code = (error as { code?: unknown } | null)?.code;

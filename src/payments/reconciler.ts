@@ -7,6 +7,7 @@
 // Gentle on the provider: at most BATCH reads per tick, each due on its own backoff schedule, and a
 // tick stops early when the provider still answers 429 after the provider's own retries.
 import { randomUUID } from 'node:crypto';
+import { systemClock, type Clock, type ClockTimer } from '../clock.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Store } from '../store/store.js';
@@ -24,7 +25,8 @@ export interface ReconcilerDeps {
   metrics: Metrics;
   logger: Logger;
   intervalMs: number;
-  now?: () => number;
+  /** Wall time for due charges and stale reservations; its timer paces the ticks. */
+  clock?: Clock;
 }
 
 export interface TickReport {
@@ -43,17 +45,19 @@ export class Reconciler {
   readonly #deps: ReconcilerDeps;
   readonly #owner = randomUUID();
   readonly #tickMs: number;
-  #timer: NodeJS.Timeout | null = null;
+  readonly #clock: Clock;
+  #timer: ClockTimer | null = null;
   #running: Promise<TickReport> | null = null;
 
   constructor(deps: ReconcilerDeps) {
     this.#deps = deps;
     this.#tickMs = Math.min(deps.intervalMs, MAX_TICK_MS);
+    this.#clock = deps.clock ?? systemClock;
   }
 
   start(): void {
     const loop = (): void => {
-      this.#timer = setTimeout(() => {
+      this.#timer = this.#clock.setTimeout(() => {
         void this.tick().finally(() => {
           if (this.#timer) loop();
         });
@@ -64,7 +68,7 @@ export class Reconciler {
   }
 
   async stop(): Promise<void> {
-    if (this.#timer) clearTimeout(this.#timer);
+    if (this.#timer) this.#clock.clearTimeout(this.#timer);
     this.#timer = null;
     await this.#running?.catch(() => undefined);
   }
@@ -79,7 +83,7 @@ export class Reconciler {
 
   async #tick(): Promise<TickReport> {
     const { store, settler, metrics, logger } = this.#deps;
-    const now = (this.#deps.now ?? Date.now)();
+    const now = this.#clock.now();
     const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0, handlesEnded: 0 };
     try {
       if (!(await store.acquireLease('reconciler', this.#owner, this.#tickMs * 3))) return report;

@@ -7,7 +7,7 @@
 //   stays on the reconciler's schedule, slower, for the retention window, so a late payment on any
 //   abandoned charge is found without webhooks;
 // - at its last look, a charge the provider still will not let us read is marked expired.
-import { setTimeout as sleep } from 'node:timers/promises';
+import { sleep, type Clock } from '../clock.js';
 import type { Logger } from '../observability/logger.js';
 import type { Metrics } from '../observability/metrics.js';
 import { RETENTION_MS } from '../store/policy.js';
@@ -41,7 +41,8 @@ export interface SettlerDeps {
   policy: SettlementPolicy;
   metrics: Metrics;
   logger: Logger;
-  now: () => number;
+  /** Wall time for charge records and poll schedules; monotonic time and a timer for waiting on another replica. */
+  clock: Clock;
   random?: () => number;
 }
 
@@ -111,8 +112,8 @@ export class Settler {
   }
 
   async #observeOnce(charge: ChargeRecord, providerRef: string, bypassPollFloor: boolean): Promise<Observation> {
-    const { store, provider, now } = this.#deps;
-    const at = now();
+    const { store, provider, clock } = this.#deps;
+    const at = clock.now();
     const floor = bypassPollFloor ? 0 : POLL_FLOOR_MS;
     if (!(await store.takePollSlot(charge.handleHash, charge.nonce, at, floor, this.nextPollAt(charge, at)))) return 'skipped';
     // Provider requests are counted by the provider itself (tollbooth_provider_requests_total).
@@ -139,13 +140,13 @@ export class Settler {
    * take one more look ourselves if the slot is free again.
    */
   async #awaitOtherRead(charge: ChargeRecord): Promise<Observation> {
-    const { store, now } = this.#deps;
-    const started = performance.now();
+    const { store, clock } = this.#deps;
+    const started = clock.monotonic();
     const first = await store.getCharge(charge.handleHash, charge.nonce);
-    const waitMs = Math.min(POLL_FLOOR_MS, Math.max(0, (first?.lastPolledAt ?? 0) + POLL_FLOOR_MS - now()));
+    const waitMs = Math.min(POLL_FLOOR_MS, Math.max(0, (first?.lastPolledAt ?? 0) + POLL_FLOOR_MS - clock.now()));
     let current = first;
-    while (current && current.status === charge.status && performance.now() - started < waitMs) {
-      await sleep(WAIT_POLL_MS);
+    while (current && current.status === charge.status && clock.monotonic() - started < waitMs) {
+      await sleep(clock, WAIT_POLL_MS);
       current = await store.getCharge(charge.handleHash, charge.nonce);
     }
     if (!current) return 'skipped';

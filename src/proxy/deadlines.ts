@@ -3,6 +3,9 @@
 // paid path's profile (bench/RESULTS.md, optimisation log). Every priced call has the same budget
 // (upstream.callDeadline), so deadlines arrive nearly in order: they are kept sorted (inserted from
 // the tail, usually in one step) and one timer, armed for the earliest, expires whatever is due.
+// One queue per gateway (built in server.ts from the gateway's clock, closed with it), so a gateway
+// closing or a test clock moving time never touches another gateway's calls.
+import { systemClock, type Clock, type ClockTimer } from '../clock.js';
 
 interface Entry {
   at: number;
@@ -11,20 +14,22 @@ interface Entry {
 }
 
 export class DeadlineQueue {
-  readonly #clock: () => number;
-  /** Sorted by `at`; finished entries stay until they reach the head (lazy removal). */
+  readonly #clock: Clock;
+  /** Sorted by `at` (monotonic ms); finished entries stay until they reach the head (lazy removal). */
   #entries: Entry[] = [];
-  #timer: NodeJS.Timeout | null = null;
+  #timer: ClockTimer | null = null;
   #timerAt = Number.POSITIVE_INFINITY;
+  #closed = false;
 
-  /** @param clock monotonic milliseconds (independent of the gateway's injectable wall clock) */
-  constructor(clock: () => number = () => performance.now()) {
+  /** Deadlines are measured on `clock.monotonic()` and fired by `clock.setTimeout`. */
+  constructor(clock: Clock = systemClock) {
     this.#clock = clock;
   }
 
   /** Calls `onExpire` once, `ms` from now, unless the returned cancel function is called first. */
   add(ms: number, onExpire: () => void): () => void {
-    const entry: Entry = { at: this.#clock() + Math.max(0, ms), onExpire, done: false };
+    const entry: Entry = { at: this.#clock.monotonic() + Math.max(0, ms), onExpire, done: false };
+    if (this.#closed) return () => undefined;
     const entries = this.#entries;
     let at = entries.length;
     while (at > 0 && (entries[at - 1] as Entry).at > entry.at) at -= 1;
@@ -37,6 +42,19 @@ export class DeadlineQueue {
     };
   }
 
+  /**
+   * The gateway has closed (its calls in flight have finished or were cut at the drain): the timer is
+   * disarmed and nothing left fires; deadlines added later are never armed.
+   */
+  close(): void {
+    this.#closed = true;
+    for (const entry of this.#entries) entry.done = true;
+    this.#entries = [];
+    if (this.#timer) this.#clock.clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#timerAt = Number.POSITIVE_INFINITY;
+  }
+
   /** Entries not yet expired or cancelled (for tests). */
   get size(): number {
     return this.#entries.filter((entry) => !entry.done).length;
@@ -46,16 +64,16 @@ export class DeadlineQueue {
     const entries = this.#entries;
     while (entries.length > 0 && (entries[0] as Entry).done) entries.shift();
     if (entries.length === 0 && this.#timer) {
-      clearTimeout(this.#timer);
+      this.#clock.clearTimeout(this.#timer);
       this.#timer = null;
       this.#timerAt = Number.POSITIVE_INFINITY;
     }
   }
 
   #arm(at: number): void {
-    if (this.#timer) clearTimeout(this.#timer);
+    if (this.#timer) this.#clock.clearTimeout(this.#timer);
     this.#timerAt = at;
-    this.#timer = setTimeout(() => this.#expire(), Math.max(1, Math.ceil(at - this.#clock())));
+    this.#timer = this.#clock.setTimeout(() => this.#expire(), Math.max(1, Math.ceil(at - this.#clock.monotonic())));
     // Calls in flight hold their sockets open; the deadline alone never keeps a process alive.
     this.#timer.unref();
   }
@@ -63,7 +81,7 @@ export class DeadlineQueue {
   #expire(): void {
     this.#timer = null;
     this.#timerAt = Number.POSITIVE_INFINITY;
-    const now = this.#clock();
+    const now = this.#clock.monotonic();
     const entries = this.#entries;
     while (entries.length > 0) {
       const head = entries[0] as Entry;

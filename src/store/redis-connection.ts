@@ -15,11 +15,14 @@ const COMMAND_TIMEOUT_MS = 500;
 const CONNECT_TIMEOUT_MS = 5_000;
 const ERROR_LOG_INTERVAL_MS = 10_000;
 
-/** Connects and answers a PING, or throws TB_ERR_STORE_UNAVAILABLE naming the target (its secrets masked, SPEC §10). */
-export async function openRedisClient(redis: RedisConfig, logger: Logger): Promise<RedisClient> {
+/**
+ * Connects and answers a PING, or throws TB_ERR_STORE_UNAVAILABLE naming the target (its secrets masked, SPEC §10).
+ * `monotonic`: the clock the error-log throttle measures its interval on.
+ */
+export async function openRedisClient(redis: RedisConfig, logger: Logger, monotonic: () => number = () => performance.now()): Promise<RedisClient> {
   const target = redis.url !== undefined ? maskUrlSecrets(redis.url) : `cluster ${(redis.cluster ?? []).map(maskUrlSecrets).join(', ')}`;
   const client = redis.url !== undefined ? new Redis(standaloneOptions(redis.url)) : new Cluster(clusterNodes(redis.cluster ?? []), clusterOptions(redis.cluster ?? []));
-  watchConnection(client, logger, target);
+  watchConnection(client, logger, target, monotonic);
   // The socket error (ECONNREFUSED, auth, TLS) says more than the "Connection is closed" connect() rejects with.
   let socketError: unknown;
   const remember = (err: unknown): void => void (socketError ??= err);
@@ -126,12 +129,12 @@ function clusterOptions(seeds: string[]): ClusterOptions {
 }
 
 /** Connection errors repeat on every reconnect attempt: log the first, then at most one per interval. */
-function watchConnection(client: RedisClient, logger: Logger, target: string): void {
-  let lastLoggedAt = 0;
+function watchConnection(client: RedisClient, logger: Logger, target: string, monotonic: () => number): void {
+  let lastLoggedAt = Number.NEGATIVE_INFINITY;
   let failing = false;
   client.on('error', (err: unknown) => {
     failing = true;
-    const now = Date.now();
+    const now = monotonic();
     if (now - lastLoggedAt < ERROR_LOG_INTERVAL_MS) return;
     lastLoggedAt = now;
     logger.warn({ evt: 'store_error', target, err: errorMessage(err) }, 'Redis store unreachable: priced calls are refused until it is back');

@@ -53,6 +53,8 @@ export interface RedisStoreDeps {
   logger: Logger;
   /** Clock for handle and charge times (tests inject one); token buckets use Redis TIME. */
   now?: () => number;
+  /** Monotonic ms for the connection's log throttle (default performance.now). */
+  monotonic?: () => number;
   /** `ledger.retention`: how long ledger entries outlive their handle (default LEDGER_RETENTION_MS). */
   ledgerRetentionMs?: number;
 }
@@ -86,7 +88,7 @@ export class RedisStore implements Store {
     }
     const keys = new KeySpace(redis.keyPrefix);
     if (redis.cluster !== undefined) slotTags(); // the shard names, computed once before the first call needs them
-    const client = await openRedisClient(redis, deps.logger);
+    const client = await openRedisClient(redis, deps.logger, deps.monotonic);
     return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger, deps.ledgerRetentionMs ?? LEDGER_RETENTION_MS);
   }
 

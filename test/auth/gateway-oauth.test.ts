@@ -8,7 +8,7 @@ import { configSchema } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { runGateway } from '../../src/start.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
-import { freePort, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startTestIssuer, type MintOptions, type TestIssuer } from '../helpers/jwks-issuer.js';
 
 type Tap = Pick<typeof t, 'teardown'>;
@@ -29,13 +29,13 @@ interface GatewayOptions {
 }
 
 async function oauthGateway(t: Tap, issuer: TestIssuer = shared, upstreamHeaders: Record<string, string> = {}, options: GatewayOptions = {}): Promise<OauthGateway> {
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
   const base = testConfig(upstream.url);
   const gateway = await startTestGateway(
     t as Parameters<typeof startTestGateway>[0],
     testConfig(upstream.url, {
-      server: { host: '127.0.0.1', port, publicUrl },
+      server: { host: '127.0.0.1', port: 0, publicUrl },
       upstream: { url: upstream.url, headers: upstreamHeaders },
       auth: {
         mode: 'oauth',
@@ -48,7 +48,8 @@ async function oauthGateway(t: Tap, issuer: TestIssuer = shared, upstreamHeaders
       ...(options.challengesPerClient ? { limits: { ...base.limits, challengesPerClient: options.challengesPerClient } } : {}),
     }),
   );
-  return { ...gateway, publicUrl, prm: `http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp` };
+  publicUrl = gateway.config.server.publicUrl;
+  return { ...gateway, publicUrl, prm: `${gateway.origin}/.well-known/oauth-protected-resource/mcp` };
 }
 
 const gateway = await oauthGateway(t);
@@ -341,11 +342,10 @@ t.test('a token with neither sub nor client_id is refused 401 invalid_token', as
 // --- SPEC §20: WWW-Authenticate is built safely (scopes are validated at load; this is the second line) ---
 
 t.test('a scope that slipped past validation can neither inject a WWW-Authenticate parameter nor turn the 403 into a 502', async (t) => {
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  // Port 0: the gateway binds a free port; its public URL names the bound one.
   const config = configSchema.parse(
     testConfig(upstream.url, {
-      server: { host: '127.0.0.1', port, publicUrl },
+      server: { host: '127.0.0.1', port: 0, publicUrl: 'http://127.0.0.1:0/mcp' },
       auth: { mode: 'oauth', issuer: shared.issuer, jwksUrl: shared.jwksUrl, requiredScopes: ['mcp:use'], toolScopes: { fetch_readable: ['x'], costly: ['y'] } },
     }),
   );
@@ -354,7 +354,9 @@ t.test('a scope that slipped past validation can neither inject a WWW-Authentica
   config.auth.toolScopes.costly = ['pay\r\nX-Injected: 1'];
   const running = await runGateway(config, { logger: createLogger('silent') });
   t.teardown(() => running.close());
-  const gw = { url: running.url, publicUrl, prm: `http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp`, origin: `http://127.0.0.1:${port}` } as OauthGateway;
+  const publicUrl = running.config.server.publicUrl;
+  const { origin } = new URL(running.url);
+  const gw = { url: running.url, publicUrl, prm: `${origin}/.well-known/oauth-protected-resource/mcp`, origin } as OauthGateway;
   const token = await tokenFor('injector', { scope: 'mcp:use', aud: publicUrl });
 
   const quoted = await post(gw, callTool('fetch_readable', { url: 'u' }), token);

@@ -99,9 +99,10 @@ async function assertOwnerWorks(t: Test, url: string, token: string, sessionId: 
 t.test('one gateway: another principal on the session gets 404 on POST, GET, GET with Last-Event-ID and DELETE; the owner keeps working', async (t) => {
   const upstream = await startPaidUpstream('sessions-resumable');
   t.teardown(() => upstream.close());
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
-  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port, publicUrl }, auth: oauth() }));
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: oauth() }));
+  publicUrl = gateway.config.server.publicUrl;
   const alice = await tokenFor(publicUrl, { sub: 'alice' });
   const sessionId = await openSession(gateway.url, alice);
   const first = await exchange(gateway.url, alice, { body: echo(1, 'first'), sessionId });
@@ -119,9 +120,10 @@ t.test('one gateway: another principal on the session gets 404 on POST, GET, GET
 t.test('a session with no recorded owner (opened behind the gateway) is refused 404 to everyone, never forwarded', async (t) => {
   const upstream = await startPaidUpstream('sessions-resumable');
   t.teardown(() => upstream.close());
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
-  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port, publicUrl }, auth: oauth() }));
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: oauth() }));
+  publicUrl = gateway.config.server.publicUrl;
   const direct = await exchange(upstream.url, 'unused', { body: initialize });
   t.ok(direct.sessionId, 'a session opened at the upstream directly');
   const before = upstream.requests.length;
@@ -138,9 +140,10 @@ t.test('an upstream that hands one session id to two principals: the second init
     res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'the-same-session' });
     res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id ?? null, result: { protocolVersion: LEGACY, capabilities: {}, serverInfo: { name: 'x', version: '1' } } }));
   });
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
-  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port, publicUrl }, auth: oauth() }));
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: oauth() }));
+  publicUrl = gateway.config.server.publicUrl;
   const first = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'alice' }), { body: initialize });
   t.equal(first.sessionId, 'the-same-session', "the first principal gets it (and it is now the first principal's)");
   const second = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'bob' }), { body: initialize });

@@ -9,7 +9,6 @@ import type { GatewayConfig } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { startResearchHttp } from '../../src/research/http.js';
 import { runGateway } from '../../src/start.js';
-import { freePort } from '../helpers/gateway.js';
 import { assertBuilt, childEnv, CLI, ROOT } from '../helpers/gateway-process.js';
 
 const EXAMPLES = join(ROOT, 'config', 'examples');
@@ -27,13 +26,14 @@ t.test('tollbooth check accepts every example', async (t) => {
 t.test('two-servers.yaml: both endpoints serve their own server, priced as written', async (t) => {
   const research = await startResearchHttp({ port: 0 });
   t.teardown(() => research.close());
-  const port = await freePort();
-  const loaded = loadConfig(join(EXAMPLES, 'two-servers.yaml'), { RESEARCH_URL: research.url, TOLLBOOTH_PUBLIC_URL: `http://127.0.0.1:${port}/mcp` });
+  // Port 0: the gateway binds a free port; the public URL written with port 0 names the bound one.
+  const loaded = loadConfig(join(EXAMPLES, 'two-servers.yaml'), { RESEARCH_URL: research.url, TOLLBOOTH_PUBLIC_URL: 'http://127.0.0.1:0/mcp' });
   t.equal(loaded.servers.local?.upstream.command?.[1], 'dist/research/stdio.js');
   const config = structuredClone(loaded) as GatewayConfig;
-  config.server.port = port;
+  config.server.port = 0;
   const gateway = await runGateway(config, { logger: createLogger('silent') });
   t.teardown(() => gateway.close());
+  const { port } = new URL(gateway.url);
 
   const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' };
   const init = await fetch(`http://127.0.0.1:${port}/mcp/local`, {

@@ -7,7 +7,7 @@ import { chromium } from 'playwright-core';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { ConfigInput } from '../../src/config/schema.js';
-import { freePort, startTestGateway } from '../helpers/gateway.js';
+import { startTestGateway } from '../helpers/gateway.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
@@ -16,8 +16,8 @@ t.test('the default config: challenge, pay on the checkout page in Chromium, the
   t.ok(existsSync('dist/research/stdio.js'), 'the build holds the research server the default config runs');
   delete process.env.NODE_OPTIONS; // tap's hooks would load into the research child and slow it down
   const shipped = parse(readFileSync('config/tollbooth.yaml', 'utf8')) as ConfigInput;
-  const port = await freePort();
-  const gateway = await startTestGateway(t, { ...shipped, server: { ...shipped.server, port, publicUrl: `http://127.0.0.1:${port}/mcp` } });
+  // Port 0: the gateway binds a free port and its public URL names it.
+  const gateway = await startTestGateway(t, { ...shipped, server: { ...shipped.server, port: 0, publicUrl: 'http://127.0.0.1:0/mcp' } });
 
   const client = new Client({ name: 'demo-test', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));

@@ -9,7 +9,6 @@
 //    holds no entry for the call.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { request } from 'undici';
 import { ledgerVerify, type AdminContext } from '../../src/admin.js';
@@ -37,6 +36,7 @@ import {
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { allEntries } from '../store/ledger-conformance.js';
+import { waitFor } from '../helpers/clock.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
@@ -75,7 +75,7 @@ t.test('concurrent calls ending every way: spend entries = calls the upstream ca
       body: JSON.stringify({ jsonrpc: '2.0', id: `leave-${i}`, method: 'tools/call', params: { name: 'slow', arguments: { ms: 600 + i, tollboothToken: handle } } }),
     }).then((response) => response.body.text());
     // The client leaves once the tool is running upstream.
-    while (!upstream.callsOf('slow').some((c) => c.arguments.ms === 600 + i)) await sleep(10);
+    await waitFor(() => upstream.callsOf('slow').some((c) => c.arguments.ms === 600 + i), `leaving call ${i} at the upstream`);
     abort.abort();
     return pending.catch(() => 'client gone');
   };
@@ -87,8 +87,7 @@ t.test('concurrent calls ending every way: spend entries = calls the upstream ca
     ...Array.from({ length: 4 }, (_, i) => leaving(i)),
   ]);
   // The gateway reads a call whose client left to its end, then commits (§6.5): wait for those.
-  const deadline = Date.now() + 10_000;
-  while ((await heldReservations({ url: redis.url }, keyPrefix, handle)) > 0 && Date.now() < deadline) await sleep(100);
+  await waitFor(async () => (await heldReservations({ url: redis.url }, keyPrefix, handle)) === 0, 'no reservation held', { everyMs: 100 });
 
   const ran = {
     fetch: upstream.callsOf('fetch_readable').filter((c) => c.arguments.url !== 'fund').length,
@@ -146,7 +145,7 @@ t.test('a gateway SIGKILLed mid-call: the ledger verifies, and once the reconcil
   t.match(await callTool(doomed.url, 'fetch_readable', { url: 'https://example.com/1', tollboothToken: handle }), { kind: 'paid', remaining: 9 });
 
   const inFlight = callTool(doomed.url, 'slow', { ms: 8_000, tollboothToken: handle });
-  while (upstream.callsOf('slow').length === 0) await sleep(20);
+  await waitFor(() => upstream.callsOf('slow').length > 0, 'the call at the upstream');
   await doomed.kill();
   t.match(await inFlight, { kind: 'failed' }, 'the caller lost its connection');
   t.equal(await heldReservations(target, keyPrefix, handle), 1, 'the killed call still holds its reservation');

@@ -18,6 +18,7 @@ import {
   type GatewayProcess,
   type RedisTarget,
 } from '../helpers/gateway-process.js';
+import { waitFor } from '../helpers/clock.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
 
@@ -73,14 +74,18 @@ t.test('redis-server SIGKILLed mid-load and restarted: every credit spent matche
     }
   };
   const load = Promise.all(Array.from({ length: 12 }, (_, index) => worker(index)));
-  await sleep(1_000);
+  // Each phase lasts until the load has shown what the phase is about (not a fixed time a loaded machine
+  // may not fill): paid calls, then refusals with Redis down, then paid calls again after the restart.
+  const count = (from: number, kind: string): number => tally(outcomes.slice(from))[kind] ?? 0;
+  await waitFor(() => count(0, 'paid') >= 24, 'paid calls before the kill', { timeoutMs: 30_000 });
   const beforeKill = outcomes.length;
   redis.kill('SIGKILL');
-  await sleep(1_500);
+  await waitFor(() => count(beforeKill, 'refused:payments_unavailable') >= 12, 'refusals while Redis is down', { timeoutMs: 30_000 });
   const whileDown = tally(outcomes.slice(beforeKill));
   await redis.restart();
   const restartedAt = Date.now();
-  await sleep(1_500);
+  const atRestart = outcomes.length;
+  await waitFor(() => count(atRestart, 'paid') >= 12, 'paid calls after the restart', { timeoutMs: 30_000 });
   running = false;
   await load;
   const afterRestart = tally(outcomes.filter((_, index) => index >= beforeKill));
@@ -124,7 +129,8 @@ t.test('Redis down: priced calls refused payments_unavailable fast, free calls f
   t.match(await callTool(gateway.url, 'fetch_readable', { url: 'https://example.com/1', tollboothToken: handle }), { kind: 'paid', remaining: 9 });
 
   redis.kill('SIGKILL');
-  await sleep(100);
+  // The gateway has seen the connection go (its /readyz says so) before the calls that measure the refusal.
+  await waitFor(async () => (await fetch(`${gateway.origin}/readyz`)).status === 503, '/readyz 503 with Redis down');
   const refusals = [];
   for (let i = 0; i < 3; i++) refusals.push(await callTool(gateway.url, 'fetch_readable', { url: 'https://example.com/down', tollboothToken: handle }));
   const withoutToken = await callTool(gateway.url, 'fetch_readable', { url: 'https://example.com/down' });
@@ -145,11 +151,7 @@ t.test('Redis down: priced calls refused payments_unavailable fast, free calls f
   t.match(readyBody, { store: { ok: false, detail: /redis store/ }, upstream: { ok: true } }, '/readyz names the store');
 
   await redis.restart();
-  const deadline = Date.now() + 10_000;
-  while ((await fetch(`${gateway.origin}/readyz`)).status !== 200) {
-    if (Date.now() > deadline) throw new Error('/readyz still failing 10 s after Redis came back');
-    await sleep(100);
-  }
+  await waitFor(async () => (await fetch(`${gateway.origin}/readyz`)).status === 200, '/readyz 200 after Redis came back', { timeoutMs: 10_000, everyMs: 100 });
   t.equal(await balanceOf(store, handle), 9, 'the balance survived and the refused calls took nothing');
   t.match(await callTool(gateway.url, 'fetch_readable', { url: 'https://example.com/2', tollboothToken: handle }), { kind: 'paid', remaining: 8 }, 'paid calls work again');
   t.equal(upstream.callsOf('fetch_readable').length, 2, 'only the two paid calls reached the upstream');
@@ -164,7 +166,7 @@ t.test('a gateway SIGKILLed while a priced call holds a reservation: another rep
   const handle = await fundedHandle(survivor);
 
   const call = callTool(doomed.url, 'slow', { ms: 5_000, tollboothToken: handle });
-  while (upstream.callsOf('slow').length === 0) await sleep(20);
+  await waitFor(() => upstream.callsOf('slow').length > 0, 'the call at the upstream');
   const forwardedAt = Date.now();
   t.equal(await heldReservations(target, keyPrefix, handle), 1, 'the call holds a reservation');
   t.equal(await balanceOf(store, handle), 9, 'the reserved credit is out of the balance');

@@ -11,6 +11,7 @@ import { testConfig } from '../helpers/gateway.js';
 import { scrape, startGatewayProcess, sumCounter, type GatewayProcess } from '../helpers/gateway-process.js';
 import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
+import { waitFor } from '../helpers/clock.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
@@ -105,8 +106,10 @@ t.test('prices changed under load: calls in flight finish at the old price, new 
   };
   const loops = [loop(), loop(), loop(), loop()];
   // Calls in flight across the reload: `slow` holds them at the upstream for 1.5 s.
+  const slowBefore = upstream.callsOf('slow').length;
   const inFlight = [1, 2, 3].map(() => call(gateway.url, 'slow', { ms: 1_500, tollboothToken: handle }));
-  await sleep(300);
+  // Until the three are at the upstream and the load has been paid at the old price: then the reload.
+  await waitFor(() => upstream.callsOf('slow').length >= slowBefore + 3 && results.some((result) => result.cost === 1), 'calls in flight and load before the reload');
 
   rewrite(gateway, baseConfig({ slow: { sku: 'research', cost: 2 }, fetch_readable: { sku: 'research', cost: 3 } }));
   const line = await hangUp(gateway);
@@ -115,7 +118,7 @@ t.test('prices changed under load: calls in flight finish at the old price, new 
   t.equal(line.level, 'info', 'a success is logged at info');
 
   const newSlow = await call(gateway.url, 'slow', { ms: 10, tollboothToken: handle });
-  await sleep(300);
+  await waitFor(() => results.filter((result) => result.sentAt >= reloadedAt).length >= 8, 'load after the reload');
   loading = false;
   await Promise.all(loops);
 

@@ -5,7 +5,7 @@
 // cancelled in the child (notifications/cancelled through the bridge), never delivered later.
 import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
-import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { fundedHandle, researchBalance, startTestGateway, testConfig, waitForSpends, type TestGateway } from '../helpers/gateway.js';
 import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { openSession, post, resume, toolCall } from '../helpers/legacy-session.js';
 
@@ -27,7 +27,7 @@ t.test('stdio: a client that hangs up after the first event and resumes: charged
   const first = await call.next();
   t.ok(first?.id, 'the bridge primes the stream with an event id');
   call.abort();
-  await sleep(1_200);
+  await waitForSpends(gateway, handle); // the call ends in the child and is charged while nobody listens
   const resumed = await resume(session, first?.id as string);
   const reply = await resumed.responseFor(31, 5_000);
   resumed.abort();

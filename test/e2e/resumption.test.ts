@@ -8,7 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { waitFor } from '../helpers/clock.js';
+import { fundedHandle, researchBalance, startTestGateway, testConfig, waitForSpends, type TestGateway } from '../helpers/gateway.js';
 import { openSession, post, postRaw, resume, toolCall, type EventReader } from '../helpers/legacy-session.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 
@@ -39,7 +40,7 @@ t.test('a client that hangs up after the first event and resumes after the tool 
   const session = await openSession(gateway.url);
   const { call, lastEventId } = await startPaidCall(gateway, session, 7, 'slow', { ms: 400, tollboothToken: handle });
   call.abort();
-  await sleep(1_000); // the tool finishes upstream while nobody listens
+  await waitForSpends(gateway, handle); // the tool finishes upstream and the call is charged while nobody listens
 
   const resumed = await resume(session, lastEventId);
   t.equal(resumed.response.status, 200);
@@ -75,7 +76,7 @@ t.test('a call released at the deadline never delivers its late result: not on a
   const refused = await call.responseFor(9, 5_000);
   t.equal(refused?.result?._meta?.[REFUSAL]?.reason, 'deadline_exceeded', 'the POST is answered at the deadline');
   t.equal(await researchBalance(gateway, handle), 3, 'released');
-  for (let i = 0; i < 100 && upstream.cancellations.length === 0; i++) await sleep(20); // sent beside the refusal, not before it
+  await waitFor(() => upstream.cancellations.length > 0, 'notifications/cancelled at the upstream'); // sent beside the refusal, not before it
   t.same(upstream.cancellations.map((c) => [c.requestId, c.sessionId]), [[9, session.sessionId]], 'the upstream was told to cancel, in its session');
 
   await sleep(1_500); // the tool (ignoring the cancellation) finishes and its result is stored for replay

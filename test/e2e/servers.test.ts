@@ -6,7 +6,7 @@
 // session handed out by one endpoint is refused at the other.
 import t from 'tap';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
-import { freePort, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
 import { metricValue } from '../helpers/scripted-upstream.js';
@@ -22,10 +22,11 @@ t.teardown(() => upstream.close());
 const research = { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: 3 };
 const limits = { perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 }, newChargesPerSecond: 10_000 };
 
-function twoEndpoints(port: number, extra: Json = {}): Json {
+/** Port 0: the gateway binds a free port; its public URL (and every endpoint's) names the bound one. */
+function twoEndpoints(extra: Json = {}): Json {
   return {
     ...testConfig(upstream.url),
-    server: { host: '127.0.0.1', port, publicUrl: `http://127.0.0.1:${port}/mcp` },
+    server: { host: '127.0.0.1', port: 0, publicUrl: 'http://127.0.0.1:0/mcp' },
     skus: { research },
     tools: { echo: { sku: 'research', cost: 1 }, fetch_readable: { sku: 'research', cost: 1 } },
     servers: {
@@ -92,8 +93,7 @@ async function pay(reply: Reply): Promise<string> {
 }
 
 t.test('auth none: each endpoint lists and calls only its own upstream; one handle pays on both', async (t) => {
-  const port = await freePort();
-  const gateway: TestGateway = await startTestGateway(t, twoEndpoints(port) as never);
+  const gateway: TestGateway = await startTestGateway(t, twoEndpoints() as never);
   const files = `${gateway.origin}/mcp/files`;
   const filesSession = await openSession(files);
   const asFiles = { 'mcp-session-id': filesSession };
@@ -151,19 +151,18 @@ t.test('auth none: each endpoint lists and calls only its own upstream; one hand
 t.test('oauth: each endpoint is its own resource; a handle stays bound to its principal on both; sessions stay at their endpoint', async (t) => {
   const issuer = await startTestIssuer();
   t.teardown(() => issuer.close());
-  const port = await freePort();
   const auth = { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'], toolScopes: { fetch_readable: ['research:pay'] } };
-  const gateway = await startTestGateway(t, twoEndpoints(port, { auth, filesToolScopes: { echo: ['files:write'] } }) as never);
-  const defaultUrl = `http://127.0.0.1:${port}/mcp`;
-  const filesUrl = `http://127.0.0.1:${port}/mcp/files`;
+  const gateway = await startTestGateway(t, twoEndpoints({ auth, filesToolScopes: { echo: ['files:write'] } }) as never);
+  const defaultUrl = `${gateway.origin}/mcp`;
+  const filesUrl = `${gateway.origin}/mcp/files`;
   const token = (sub: string, aud: string, scope = 'mcp:use research:pay files:write') => issuer.mint({ sub, aud, scope });
   const bearer = async (sub: string, aud: string, scope?: string) => ({ authorization: `Bearer ${await token(sub, aud, scope)}` });
 
   // PRM per endpoint: its own resource, its own scopes.
-  const prm = (await (await fetch(`http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp/files`)).json()) as Json;
+  const prm = (await (await fetch(`${gateway.origin}/.well-known/oauth-protected-resource/mcp/files`)).json()) as Json;
   t.equal(prm.resource, filesUrl);
   t.same(prm.scopes_supported, ['mcp:use', 'files:write']);
-  const defaultPrm = (await (await fetch(`http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp`)).json()) as Json;
+  const defaultPrm = (await (await fetch(`${gateway.origin}/.well-known/oauth-protected-resource/mcp`)).json()) as Json;
   t.equal(defaultPrm.resource, defaultUrl);
 
   // The audience of one endpoint is refused at the other.
@@ -198,13 +197,12 @@ t.test('oauth: each endpoint is its own resource; a handle stays bound to its pr
 t.test('x402: the resource a payment is for is the endpoint it was asked at', async (t) => {
   const facilitator = await startFakeFacilitator();
   t.teardown(() => facilitator.close());
-  const port = await freePort();
-  const gateway = await startTestGateway(t, withX402(twoEndpoints(port) as never, facilitator.url));
+  const gateway = await startTestGateway(t, withX402(twoEndpoints() as never, facilitator.url));
   const files = `${gateway.origin}/mcp/files`;
   const session = await openSession(files);
   const atFiles = await post(files, callTool('echo', { text: 'x' }), { 'mcp-session-id': session });
-  t.equal(paymentRequiredOf(atFiles.body.result).resource.url, `http://127.0.0.1:${port}/mcp/files#tool=echo`);
+  t.equal(paymentRequiredOf(atFiles.body.result).resource.url, `${gateway.origin}/mcp/files#tool=echo`);
   t.match(paymentRequiredOf(atFiles.body.result).accepts, [{ amount: '20000' }], "files' price: 2 credits at 0.01");
   const atDefault = await post(gateway.url, callTool('echo', { text: 'x' }));
-  t.equal(paymentRequiredOf(atDefault.body.result).resource.url, `http://127.0.0.1:${port}/mcp#tool=echo`);
+  t.equal(paymentRequiredOf(atDefault.body.result).resource.url, `${gateway.origin}/mcp#tool=echo`);
 });

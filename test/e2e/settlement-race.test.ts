@@ -14,6 +14,7 @@ import { balanceOf, callTool, connectStore, redisGatewayConfig, scrape, startGat
 import { sendWebhook, startMooveFake } from '../helpers/moove-fake.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
+import { systemClock } from '../../src/clock.js';
 
 const PACK = 20;
 const REPLICAS = 3;
@@ -40,7 +41,7 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
   const metrics = createMetrics(() => store.countPendingCharges());
   const provider = new MooveProvider({ apiKey: 'test-key', baseUrl: moove.url, logger, metrics });
   t.teardown(() => provider.close());
-  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, now: Date.now });
+  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: systemClock });
   const reconciler = new Reconciler({ store, provider, settler, metrics, logger, intervalMs: 500 });
   t.ok((await reconciler.tick()).leader, 'the test reconciler holds the lease');
 

@@ -9,7 +9,7 @@ import { Client as V2Client, StreamableHTTPClientTransport as V2HttpTransport } 
 import { Client as V1Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as V1HttpTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import t, { type Test } from 'tap';
-import { freePort, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
 import { parseReply, send, type Reply } from '../helpers/namespace-client.js';
 import { PAGE_SIZE, startPagedUpstream, tool, type PagedMode } from '../helpers/paged-upstream.js';
@@ -42,12 +42,12 @@ interface Setup {
 async function setup(t: Test, mode: PagedMode, auth: { hideUnauthorisedTools?: boolean } = {}): Promise<Setup> {
   const upstream = await startPagedUpstream(mode, TOOLS);
   t.teardown(() => upstream.close());
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
   const gateway = await startTestGateway(
     t,
     testConfig(upstream.url, {
-      server: { host: '127.0.0.1', port, publicUrl },
+      server: { host: '127.0.0.1', port: 0, publicUrl },
       tools: {
         fetch_readable: { sku: 'research', cost: 1 },
         secret_tool: { hidden: true }, // a free tool nobody may see or call
@@ -64,6 +64,7 @@ async function setup(t: Test, mode: PagedMode, auth: { hideUnauthorisedTools?: b
       },
     }),
   );
+  publicUrl = gateway.config.server.publicUrl;
   return { upstream, gateway, token: (principal) => issuer.mint({ sub: principal, aud: publicUrl, scope: SCOPES[principal] }) };
 }
 

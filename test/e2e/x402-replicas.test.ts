@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import type { PaymentPayload } from '@x402/core/types';
+import { waitFor } from '../helpers/clock.js';
 import { redisGatewayConfig, scrape, startGatewayProcess, sumCounter, type GatewayProcess } from '../helpers/gateway-process.js';
 import { openSession, post, postRaw, resume, type SessionHandle } from '../helpers/legacy-session.js';
 import { startPaidUpstream, type PaidUpstream, type UpstreamMode } from '../helpers/paid-upstream.js';
@@ -85,7 +86,7 @@ t.test('settled by the replica that verified it, the client gone: delivered with
   const first = await paid.next();
   t.ok(first?.id, 'the first event carries an id');
   paid.abort();
-  await sleep(1_500); // the tool finishes; replica A settles
+  await waitFor(() => fake.calls.settle > 0, 'replica A to settle'); // the tool finishes; replica A settles
   t.equal(fake.calls.settle, 1);
 
   const resumed = await resume({ ...session, url: b.url }, first?.id as string);

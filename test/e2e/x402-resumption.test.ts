@@ -9,6 +9,7 @@ import t, { type Test } from 'tap';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { PaymentPayload } from '@x402/core/types';
+import { waitFor } from '../helpers/clock.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { openSession, post, postRaw, resume, type SessionHandle } from '../helpers/legacy-session.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
@@ -56,7 +57,7 @@ t.test('a client that hangs up after the first event: the call completes and is 
   const first = await paid.next();
   t.ok(first?.id, 'the first event carries an id');
   paid.abort();
-  await sleep(1_200); // the tool finishes upstream and the gateway settles while nobody listens
+  await waitFor(() => fake.calls.settle > 0, 'the settlement'); // the tool finishes upstream and the gateway settles while nobody listens
   t.equal(fake.calls.settle, 1, 'settled by the exchange that held the payment, the client gone');
 
   const resumed = await resume(session, first?.id as string);
@@ -104,7 +105,7 @@ t.test('an upstream that closes the POST stream on purpose (2025-11-25 polling):
   t.same(result._meta?.[NOTE], { settled: false, reason: 'upstream_error' });
   t.equal(fake.calls.settle, 0, 'not settled: the payer keeps the money');
   t.equal(upstream.callsOf('polling').length, 1);
-  for (let i = 0; i < 100 && upstream.cancellations.length === 0; i++) await sleep(20);
+  await waitFor(() => upstream.cancellations.length > 0, 'notifications/cancelled at the upstream');
   t.equal(upstream.cancellations.length, 1, 'the upstream was told to cancel');
 });
 

@@ -71,10 +71,23 @@ export function writeConfig(t: Test, input: ConfigInput): string {
 /**
  * Starts `tollbooth start` on a free port (unless the config names one) and waits for /healthz.
  * The process is killed when the test ends if the test did not stop it.
+ * A child process cannot hand its port-0 port back before it logs at info level (many configs here log
+ * at warn), so the port is picked here; another test taking it between pick and bind makes the child
+ * exit with EADDRINUSE, and a fresh port is tried (a port the config names is never retried).
  */
 export async function startGatewayProcess(t: Test, input: ConfigInput): Promise<GatewayProcess> {
   assertBuilt();
-  const port = input.server?.port || (await freePort());
+  if (input.server?.port) return startOnce(t, input, input.server.port);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(t, input, await freePort());
+    } catch (error) {
+      if (attempt >= 3 || !String((error as Error).message).includes('EADDRINUSE')) throw error;
+    }
+  }
+}
+
+async function startOnce(t: Test, input: ConfigInput, port: number): Promise<GatewayProcess> {
   const configPath = writeConfig(t, { ...input, server: { host: '127.0.0.1', ...input.server, port } });
   const child = spawn(process.execPath, [CLI, 'start', '--config', configPath], { cwd: ROOT, env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);

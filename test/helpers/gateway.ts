@@ -2,6 +2,8 @@
 // real providers) with its JSON log lines captured, so tests can assert on logs and metrics too.
 import { Writable } from 'node:stream';
 import type { Test } from 'tap';
+import type { Clock } from '../../src/clock.js';
+import { waitFor } from './clock.js';
 import { configSchema, type ConfigInput, type GatewayConfig } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { runGateway, type RunningGateway } from '../../src/start.js';
@@ -40,10 +42,10 @@ export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> 
 }
 
 /**
- * Starts a gateway; it is closed when the test ends. Port 0 picks a free port; publicUrl then
- * follows the real port unless the config sets one.
+ * Starts a gateway; it is closed when the test ends. Port 0 (the default) binds any free port; publicUrl
+ * then follows the bound port unless the config sets one. `clock`: a test clock (helpers/clock.ts).
  */
-export async function startTestGateway(t: Test, input: ConfigInput, options: { now?: () => number } = {}): Promise<TestGateway> {
+export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock } = {}): Promise<TestGateway> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -51,23 +53,26 @@ export async function startTestGateway(t: Test, input: ConfigInput, options: { n
       done();
     },
   });
-  const port = input.server?.port ?? 0;
-  const chosenPort = port === 0 ? await freePort() : port;
-  const withPort: ConfigInput = { ...input, server: { ...input.server, port: chosenPort } };
-  const config = configSchema.parse(withPort);
+  const config = configSchema.parse({ ...input, server: { ...input.server, port: input.server?.port ?? 0 } });
   const logger = createLogger(config.logging.level, sink);
-  const running = await runGateway(config, { logger, now: options.now });
+  const running = await runGateway(config, { logger, clock: options.clock });
   t.teardown(() => running.close());
   return {
     ...running,
     url: running.url,
     origin: new URL(running.url).origin,
-    config,
+    // The config the gateway runs (a port-0 publicUrl names the bound port).
+    config: running.config,
     logs: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>),
     logText: () => lines.join('\n'),
   };
 }
 
+/**
+ * A port that was free a moment ago, for a process that cannot bind port 0 and report back (a CLI child
+ * logging at warn, server-everything, prometheus). Racy by nature: callers retry on EADDRINUSE. Anything
+ * in this process binds port 0 instead (startTestGateway, origins, SDK servers).
+ */
 export async function freePort(): Promise<number> {
   const net = await import('node:net');
   return new Promise((resolve, reject) => {
@@ -107,4 +112,14 @@ export async function fundedHandle(gateway: { url: string }, tool = 'fetch_reada
 export async function researchBalance(gateway: TestGateway, handle: string): Promise<number> {
   const { hashHandle } = await import('../../src/paywall/handles.js');
   return (await gateway.store.getHandle(hashHandle(handle, gateway.config.handles.hashSecret)))?.balances.research ?? 0;
+}
+
+/**
+ * Resolves once the handle's ledger holds `count` spend entries: a priced call read to its end and its
+ * credit committed (for tests that wait for a call to conclude while nobody listens, instead of a sleep).
+ */
+export async function waitForSpends(gateway: TestGateway, handle: string, count = 1): Promise<void> {
+  const { hashHandle } = await import('../../src/paywall/handles.js');
+  const hash = hashHandle(handle, gateway.config.handles.hashSecret);
+  await waitFor(async () => (await gateway.store.ledgerTail(hash, 100)).filter((entry) => entry.kind === 'spend').length >= count, `${count} spend(s) in the ledger`);
 }

@@ -39,7 +39,17 @@ export const everythingEntry = (): string => {
  * environment and says "listening on port N" on stderr once it accepts connections).
  */
 export async function startServerEverything(): Promise<RunningUpstream> {
-  const port = await freePort();
+  // It cannot bind port 0 and report it: a picked port, and a fresh one if another process took it first.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServerEverythingOn(await freePort());
+    } catch (error) {
+      if (attempt >= 3 || !String((error as Error).message).includes('EADDRINUSE')) throw error;
+    }
+  }
+}
+
+async function startServerEverythingOn(port: number): Promise<RunningUpstream> {
   const child: ChildProcess = spawn(process.execPath, [everythingEntry(), 'streamableHttp'], {
     env: childEnv({ PORT: String(port) }),
     stdio: ['ignore', 'ignore', 'pipe'],

@@ -40,10 +40,10 @@ process.once('exit', () => {
 
 export async function startRedis(options: StartRedisOptions = {}): Promise<RedisServer> {
   const dir = mkdtempSync(join(tmpdir(), 'tb-redis-'));
-  const port = await freePort(false);
   const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--daemonize', 'no', '--loglevel', 'warning'];
-  let child = await launch(args, port);
+  const started = await launchOnFreePort(false, (port) => ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--daemonize', 'no', '--loglevel', 'warning']);
+  const { port, args } = started;
+  let { child } = started;
   return {
     url: `redis://127.0.0.1:${port}`,
     port,
@@ -66,9 +66,8 @@ export async function startRedisCluster(options: StartRedisOptions = {}): Promis
   const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
   for (let i = 0; i < 3; i++) {
     const dir = mkdtempSync(join(tmpdir(), 'tb-redis-cluster-'));
-    const port = await freePort(true);
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--loglevel', 'warning'];
-    nodes.push({ child: await launch(args, port), dir, port, args });
+    const started = await launchOnFreePort(true, (port) => ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--loglevel', 'warning']);
+    nodes.push({ ...started, dir });
   }
   const ports = nodes.map((n) => n.port);
   const created = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8', timeout: 20_000 });
@@ -100,10 +99,11 @@ export async function startRedisCluster(options: StartRedisOptions = {}): Promis
 /** A Sentinel monitoring `masterPort` as `masterName` (quorum 1); `url` is the store URL for it. */
 export async function startRedisSentinel(masterPort: number, masterName = 'tbmaster'): Promise<{ url: string; port: number; stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'tb-redis-sentinel-'));
-  const port = await freePort(false);
   const config = join(dir, 'sentinel.conf');
-  writeFileSync(config, [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor ${masterName} 127.0.0.1 ${masterPort} 1`, ''].join('\n'));
-  const child = await launch([config, '--sentinel', '--loglevel', 'warning'], port);
+  const { child, port } = await launchOnFreePort(false, (port) => {
+    writeFileSync(config, [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor ${masterName} 127.0.0.1 ${masterPort} 1`, ''].join('\n'));
+    return [config, '--sentinel', '--loglevel', 'warning'];
+  });
   await waitFor(async () => cli(port, 'sentinel', 'get-master-addr-by-name', masterName).includes(String(masterPort)), 'sentinel to know its master');
   return {
     url: `redis://127.0.0.1:${port}/0?sentinelMasterName=${masterName}`,
@@ -120,16 +120,35 @@ export function cli(port: number, ...args: string[]): string {
   return spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { encoding: 'utf8', timeout: 5_000 }).stdout ?? '';
 }
 
+/**
+ * redis-server cannot bind port 0 and report it, so a port is picked and handed over; another process
+ * taking it first makes redis-server exit "Address already in use", and a fresh port is tried.
+ */
+async function launchOnFreePort(withBus: boolean, argsFor: (port: number) => string[]): Promise<{ child: ChildProcess; port: number; args: string[] }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort(withBus);
+    const args = argsFor(port);
+    try {
+      return { child: await launch(args, port), port, args };
+    } catch (err) {
+      if (attempt >= 3 || !/address already in use/i.test(String(err))) throw err;
+    }
+  }
+}
+
 async function launch(args: string[], port: number): Promise<ChildProcess> {
-  const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  // redis-server logs to stdout (a bind failure among it): both are kept for the error.
+  const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   live.add(child);
   child.once('exit', () => live.delete(child));
   try {
     await waitFor(async () => {
       if (child.exitCode !== null) throw new Error(`redis-server exited (${child.exitCode}): ${stderr}`);
-      return cli(port, 'ping').trim() === 'PONG';
+      // Our own server answering, not another process that got the port first.
+      return cli(port, 'info', 'server').includes(`process_id:${child.pid}`);
     }, `redis-server on port ${port}`);
   } catch (err) {
     child.kill('SIGKILL');

@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { deadPort, metricValue, startScriptedUpstream, type ScriptedUpstream } from '../helpers/scripted-upstream.js';
+import { waitFor } from '../helpers/clock.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -262,7 +263,7 @@ t.test('a reset mid-body of a free JSON reply (held whole for the namespace scre
   const reply = await post(gateway.url, { jsonrpc: '2.0', id: 1, method: 'ping' });
   t.equal(reply.status, 502);
   t.match(await reply.json(), { jsonrpc: '2.0', id: 1, error: { code: -32603 } });
-  await sleep(50);
+  await waitFor(() => gateway.logs().some((line) => line.evt === 'upstream_failed'), 'the failure log line');
   t.ok(gateway.logs().some((line) => line.evt === 'upstream_failed' && line.outcome === 'reset'), 'logged');
   t.equal((await fetch(`${gateway.origin}/healthz`)).status, 200);
 });
@@ -276,7 +277,7 @@ t.test('a reset mid-stream of a free event stream cuts the client reply and is l
   });
   const reply = await post(gateway.url, { jsonrpc: '2.0', id: 1, method: 'ping' });
   t.equal(await reply.text().then(() => 'complete', () => 'cut'), 'cut');
-  await sleep(50);
+  await waitFor(() => gateway.logs().some((line) => line.evt === 'upstream_failed'), 'the failure log line');
   t.ok(gateway.logs().some((line) => line.evt === 'upstream_failed' && line.outcome === 'reset'), 'logged');
   t.equal((await fetch(`${gateway.origin}/healthz`)).status, 200);
 });
@@ -292,6 +293,6 @@ t.test('request metrics are recorded once per request, including a client that l
   await upstream.next();
   controller.abort();
   await pending;
-  await sleep(50);
+  await waitFor(async () => (await metricValue(gateway.origin, 'tollbooth_mcp_requests_total', { method: 'ping', status: '4xx' })) > 0, 'the cut request recorded');
   t.equal(await metricValue(gateway.origin, 'tollbooth_mcp_requests_total', { method: 'ping', status: '4xx' }), 1, 'the cut request counted (as 499, class 4xx)');
 });

@@ -28,6 +28,7 @@ import { RedisStore } from '../../src/store/redis.js';
 import type { Store } from '../../src/store/store.js';
 import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
 import { allEntries, expireAll, verified } from '../store/ledger-conformance.js';
+import { wallClock } from '../helpers/clock.js';
 
 const HOUR = 3_600_000;
 const MINUTE = 60_000;
@@ -121,7 +122,7 @@ async function runCommands(store: Store, clock: { at: number }, commands: Comman
   const logger = createLogger('silent');
   const metrics = createMetrics(() => store.countPendingCharges());
   const provider = new DevProvider({ store, publicUrl: 'http://127.0.0.1:9/mcp', now });
-  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, now, random: () => 0.5 });
+  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: wallClock(now), random: () => 0.5 });
   const paywall = new Paywall({
     settings: {
       argumentName: 'tollboothToken',
@@ -140,7 +141,7 @@ async function runCommands(store: Store, clock: { at: number }, commands: Comman
     logger,
     now,
   });
-  const reconciler = new Reconciler({ store, provider, settler, metrics, logger, intervalMs: 3_000, now });
+  const reconciler = new Reconciler({ store, provider, settler, metrics, logger, intervalMs: 3_000, clock: wallClock(now) });
   const payers: PayerState[] = Array.from({ length: PAYERS }, () => ({ handle: null, checkoutUrl: null }));
   const totals: Totals = { charged: 0, granted: 0 };
   let nextId = 1;

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { freePort, startTestGateway, testConfig } from '../helpers/gateway.js';
+import { startTestGateway, testConfig } from '../helpers/gateway.js';
 import { statusClass } from '../../src/observability/metrics.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
@@ -61,11 +61,11 @@ const issuer = await startTestIssuer();
 t.teardown(() => issuer.close());
 const upstream = await startPaidUpstream('stateless-json');
 t.teardown(() => upstream.close());
-const port = await freePort();
+// Port 0: the gateway binds a free port; its public URL (and so the audience) names the bound one.
 const gateway = await startTestGateway(
   t,
   testConfig(upstream.url, {
-    server: { host: '127.0.0.1', port, publicUrl: `http://127.0.0.1:${port}` },
+    server: { host: '127.0.0.1', port: 0, publicUrl: 'http://127.0.0.1:0' },
     auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer] },
   }),
 );

@@ -9,7 +9,7 @@ import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import { stringify } from 'yaml';
-import { freePort } from '../helpers/gateway.js';
+import { waitFor } from '../helpers/clock.js';
 
 const repo = resolve(import.meta.dirname, '../..');
 const cli = join(repo, 'dist/cli.js');
@@ -59,12 +59,12 @@ interface Started {
 async function startCli(t: Test, provider: 'dev' | 'moove'): Promise<Started> {
   const dir = mkdtempSync(join(tmpdir(), 'tollbooth-startup-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const port = await freePort();
   const configPath = join(dir, 'tollbooth.yaml');
   writeFileSync(
     configPath,
     stringify({
-      server: { host: '127.0.0.1', port, publicUrl: `http://127.0.0.1:${port}/mcp` },
+      // Port 0: the process binds a free port itself (nothing here talks to it).
+      server: { host: '127.0.0.1', port: 0 },
       // Never contacted during this test: nothing calls a tool.
       upstream: { url: `http://127.0.0.1:9/mcp?token=${URL_TOKEN}`, headers: { authorization: `Bearer ${UPSTREAM_TOKEN}` } },
       store: { type: 'memory' },
@@ -92,7 +92,9 @@ async function startCli(t: Test, provider: 'dev' | 'moove'): Promise<Started> {
   const deadline = Date.now() + 15_000;
   while (!lines.some((line) => line.evt === 'start') && Date.now() < deadline && child.exitCode === null) await sleep(50);
   if (!lines.some((line) => line.evt === 'start')) throw new Error(`the gateway did not log its start line (exit ${child.exitCode}): ${err.slice(-800)}${out.slice(-800)}`);
-  await sleep(100); // the dev-provider warning follows the start line
+  // The dev-provider warning follows the start line.
+  if (provider === 'dev') await waitFor(() => lines.some((line) => line.evt === 'dev_provider'), 'the dev-provider warning');
+  else await sleep(100); // a warning would come right after the start line: the window in which "none" is asserted
   return { child, lines, stdout: () => out + err };
 }
 

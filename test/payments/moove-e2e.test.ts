@@ -12,6 +12,7 @@ import { MOOVE_WEBHOOK_PATH } from '../../src/payments/webhook.js';
 import { startMooveFake, sendWebhook, type MooveFake } from '../helpers/moove-fake.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { waitFor, wallClock } from '../helpers/clock.js';
 
 const API_KEY = 'mk_live_e2e_7c1f_SECRET_KEY_DO_NOT_LEAK';
 const WEBHOOK_SECRET = 'whsec_e2e_SECRET_DO_NOT_LEAK';
@@ -53,7 +54,7 @@ async function rig(t: Test, options: { webhookSecret?: string } = {}): Promise<R
   const gateway = await startTestGateway(
     t,
     testConfig(upstream.url, { payments: { provider: 'moove', moove: { apiKey: API_KEY, baseUrl: fake.url, webhookSecret: options.webhookSecret ?? WEBHOOK_SECRET } } }),
-    { now: () => Date.now() + offset },
+    { clock: wallClock(() => Date.now() + offset) },
   );
   const client = new Client({ name: 'moove-e2e', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
@@ -84,13 +85,8 @@ const linkIdOf = (checkoutUrl: string): string => checkoutUrl.slice(checkoutUrl.
 const creates = (fake: MooveFake): number => fake.calls.filter((c) => c.method === 'POST').length;
 const reads = (fake: MooveFake): number => fake.calls.filter((c) => c.method === 'GET').length;
 
-async function until(condition: () => Promise<boolean> | boolean, what: string, ms = 3_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
+/** Waits for something the gateway does in the background (the bound is only reached on failure). */
+const until = (condition: () => Promise<boolean> | boolean, what: string): Promise<void> => waitFor(condition, what, { everyMs: 20 });
 
 async function chargesListed(gateway: TestGateway, status: string): Promise<string[]> {
   const lines: string[] = [];

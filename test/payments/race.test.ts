@@ -9,6 +9,7 @@ import { MOOVE_WEBHOOK_PATH } from '../../src/payments/webhook.js';
 import { startMooveFake, sendWebhook } from '../helpers/moove-fake.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { startTestGateway, testConfig } from '../helpers/gateway.js';
+import { wallClock } from '../helpers/clock.js';
 
 const API_KEY = 'mk_test_race_key';
 const WEBHOOK_SECRET = 'whsec_race';
@@ -31,7 +32,7 @@ t.test('webhooks + retries + reconciler racing on one paid charge make one grant
   const gateway = await startTestGateway(
     t,
     testConfig(upstream.url, { payments: { provider: 'moove', moove: { apiKey: API_KEY, baseUrl: fake.url, webhookSecret: WEBHOOK_SECRET } } }),
-    { now: () => Date.now() + offset },
+    { clock: wallClock(() => Date.now() + offset) },
   );
   const client = new Client({ name: 'race', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));

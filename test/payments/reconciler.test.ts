@@ -12,6 +12,7 @@ import { mintNonce } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { ChargeRecord } from '../../src/store/store.js';
 import { startMooveFake, type MooveFake } from '../helpers/moove-fake.js';
+import { wallClock } from '../helpers/clock.js';
 
 type Tap = Pick<typeof t, 'teardown'>;
 
@@ -55,8 +56,8 @@ async function harness(t: Tap, options: { random?: () => number } = {}): Promise
   const provider = new MooveProvider({ apiKey: 'test-key', baseUrl: fake.url, logger, metrics, random: () => 0, pacing: { ratePerSecond: 1_000, burst: 1_000 } });
   t.teardown(() => provider.close());
   const store = new MemoryStore({ now });
-  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, now, random: options.random ?? (() => 0.5) });
-  const newReconciler = (): Reconciler => new Reconciler({ store, provider, settler, metrics, logger, intervalMs: 60 * SECOND, now });
+  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: wallClock(now), random: options.random ?? (() => 0.5) });
+  const newReconciler = (): Reconciler => new Reconciler({ store, provider, settler, metrics, logger, intervalMs: 60 * SECOND, clock: wallClock(now) });
   return {
     fake,
     provider,

@@ -14,6 +14,8 @@ import { mintNonce } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { ChargeRecord, ClaimResult, SettlementClaim, Store } from '../../src/store/store.js';
 import { startMooveFake, type MooveFake } from '../helpers/moove-fake.js';
+import { sleep, systemClock, type Clock } from '../../src/clock.js';
+import { TestClock, waitFor, wallClock } from '../helpers/clock.js';
 
 type Tap = Pick<typeof t, 'teardown'>;
 
@@ -39,7 +41,7 @@ interface Harness {
   logs: () => Array<Record<string, unknown>>;
 }
 
-function harness(store: Store = new MemoryStore(), provider: PaymentProvider = unusedProvider): Harness {
+function harness(store: Store = new MemoryStore(), provider: PaymentProvider = unusedProvider, clock: Clock = systemClock): Harness {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -48,7 +50,7 @@ function harness(store: Store = new MemoryStore(), provider: PaymentProvider = u
     },
   });
   const metrics = createMetrics(async () => 0);
-  const settler = new Settler({ store, provider, policy: POLICY, metrics, logger: createLogger('info', sink), now: Date.now });
+  const settler = new Settler({ store, provider, policy: POLICY, metrics, logger: createLogger('info', sink), clock });
   return { store, settler, metrics, logs: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>) };
 }
 
@@ -191,7 +193,7 @@ function answeringTogether(inner: PaymentProvider, count: number): PaymentProvid
 
 /** 20 webhook triggers, 20 agent retries and 10 reconcilers (one store lease) start together. */
 async function race(h: Harness, charge: ChargeRecord, provider: PaymentProvider): Promise<void> {
-  const reconcilers = Array.from({ length: 10 }, () => new Reconciler({ store: h.store, provider, settler: h.settler, metrics: h.metrics, logger: createLogger('silent'), intervalMs: 60_000, now: () => Date.now() + 3_000 }));
+  const reconcilers = Array.from({ length: 10 }, () => new Reconciler({ store: h.store, provider, settler: h.settler, metrics: h.metrics, logger: createLogger('silent'), intervalMs: 60_000, clock: wallClock(() => Date.now() + 3_000) }));
   const observers: Array<Promise<unknown>> = [];
   for (let i = 0; i < 20; i++) observers.push(h.settler.observeByRef(charge.providerRef as string));
   for (let i = 0; i < 20; i++) observers.push(h.settler.observe(charge));
@@ -244,51 +246,62 @@ t.test('negative control: the same race on a check-then-grant store grants more 
 // ---------------------------------------------------------------------------------------------
 // §6.5 last rule: a retry that finds another replica reading the provider waits for that read.
 
-/** A provider whose reads answer `reading` after `delayMs`, counting them. */
-function slowProvider(reading: ChargeReading, delayMs: number): PaymentProvider & { reads: number } {
+/** A provider whose reads answer `reading` after `delayMs` on `clock`, counting them. */
+function slowProvider(reading: ChargeReading, delayMs: number, clock: Clock = systemClock): PaymentProvider & { reads: number } {
   const provider = {
     name: 'moove' as const,
     reads: 0,
     openCharge: unusedProvider.openCharge,
     readCharge: async () => {
       provider.reads++;
-      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      await sleep(clock, delayMs);
       return reading;
     },
   };
   return provider;
 }
 
+// Both replicas' settlers, the providers' read times and the store run on one test clock: the waits are
+// moved through, not slept, and "how long" is asserted in clock time.
 t.test('waiting: a retry on another replica sees the grant of the read under way instead of skipping', async (t) => {
-  const store = new MemoryStore();
+  const clock = new TestClock(Date.now());
+  const store = new MemoryStore({ now: clock.now });
   const charge = await pendingCharge(store);
-  const reader = slowProvider(completed('5.00'), 400);
-  const waiterProvider = slowProvider(completed('5.00'), 0);
-  const replicaA = harness(store, reader).settler;
-  const replicaB = harness(store, waiterProvider).settler;
+  const reader = slowProvider(completed('5.00'), 400, clock);
+  const waiterProvider = slowProvider(completed('5.00'), 0, clock);
+  const replicaA = harness(store, reader, clock).settler;
+  const replicaB = harness(store, waiterProvider, clock).settler;
   const first = replicaA.observe(charge, { awaitOtherRead: true });
-  await new Promise((resolve) => setTimeout(resolve, 50)); // A holds the slot and is reading
-  const started = performance.now();
-  t.equal(await replicaB.observe(charge, { awaitOtherRead: true }), 'already_settled', 'B sees the outcome of A\'s read');
-  t.ok(performance.now() - started < 1_500, 'and did not wait out the whole floor');
+  await waitFor(() => reader.reads === 1, 'A holding the slot and reading');
+  let seen: string | undefined;
+  const waiting = replicaB.observe(charge, { awaitOtherRead: true }).then((observation) => (seen = observation));
+  await clock.advance(399);
+  t.equal(seen, undefined, 'B waits while A reads');
+  await clock.advance(101); // A's read ends at 400 ms; B looks again on its next 50 ms tick
+  await waiting;
+  t.equal(seen, 'already_settled', 'B sees the outcome of A\'s read, long before the 2 s floor');
   t.equal(await first, 'granted');
   t.same([reader.reads, waiterProvider.reads], [1, 0], 'one provider read in all');
   t.equal(await balanceOf(store, charge), 250, 'granted once');
 });
 
 t.test('waiting: the wait for another replica\'s read is bounded by the poll floor', async (t) => {
-  const store = new MemoryStore();
+  const clock = new TestClock(Date.now());
+  const store = new MemoryStore({ now: clock.now });
   const charge = await pendingCharge(store);
-  const hung = slowProvider(completed('5.00'), 4_000);
-  const fresh = slowProvider({ status: 'active', receivedAmount: null }, 0);
-  const first = harness(store, hung).settler.observe(charge);
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  const started = performance.now();
-  const observation = await harness(store, fresh).settler.observe(charge, { awaitOtherRead: true });
-  const waited = performance.now() - started;
-  t.ok(waited >= 1_800 && waited < 3_000, `waited ${Math.round(waited)} ms: about the 2 s floor, not the 4 s read`);
-  t.equal(observation, 'still_pending', 'then read the link itself');
+  const hung = slowProvider(completed('5.00'), 4_000, clock);
+  const fresh = slowProvider({ status: 'active', receivedAmount: null }, 0, clock);
+  const first = harness(store, hung, clock).settler.observe(charge);
+  await waitFor(() => hung.reads === 1, 'A holding the slot and reading');
+  let observation: string | undefined;
+  const waiting = harness(store, fresh, clock).settler.observe(charge, { awaitOtherRead: true }).then((seen) => (observation = seen));
+  await clock.advance(1_900);
+  t.equal(observation, undefined, 'still waiting short of the 2 s floor');
+  await clock.advance(200);
+  await waiting;
+  t.equal(observation, 'still_pending', 'at the floor, not at the end of the 4 s read: then read the link itself');
   t.equal(fresh.reads, 1);
+  await clock.advance(2_000); // the hung read ends
   await first;
 });
 

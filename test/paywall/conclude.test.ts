@@ -17,6 +17,7 @@ import type { Authorisation, PricedCall } from '../../src/paywall/outcome.js';
 import { hashHandle, mintHandle } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { PricedRequestKey, Store } from '../../src/store/store.js';
+import { wallClock } from '../helpers/clock.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 const SECRET = 'conclude-test-secret';
@@ -32,7 +33,7 @@ function rig(options: { charge?: 'success' | 'attempt'; wrapStore?: (store: Stor
   const logger = createLogger('info', new Writable({ write: (chunk: Buffer, _e, done) => (logs.push(chunk.toString()), done()) }));
   const metrics = createMetrics(() => store.countPendingCharges());
   const provider = new DevProvider({ store, publicUrl: 'http://127.0.0.1:9/mcp', now });
-  const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, now });
+  const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: wallClock(now) });
   const paywall = new Paywall({
     settings: { argumentName: 'tollboothToken', hashSecret: SECRET, handleTtlMs: 30 * 24 * HOUR, chargeTtlMs: HOUR, callDeadlineMs: DEADLINE, perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 } },
     store: used,

@@ -18,6 +18,7 @@ import type { Authorisation, PricedCall } from '../../src/paywall/outcome.js';
 import { hashHandle } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { Store } from '../../src/store/store.js';
+import { wallClock } from '../helpers/clock.js';
 
 type Json = Record<string, any>;
 const SECRET = 'decide-test-secret';
@@ -59,7 +60,7 @@ function rig(options: { perHandle?: { ratePerSecond: number; burst: number }; ch
   const logs: string[] = [];
   const logger = createLogger('info', new Writable({ write: (chunk: Buffer, _e, done) => (logs.push(chunk.toString()), done()) }));
   const metrics = createMetrics(() => store.countPendingCharges());
-  const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, now });
+  const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: wallClock(now) });
   const paywall = new Paywall({
     settings: {
       argumentName: 'tollboothToken',

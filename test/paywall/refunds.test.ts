@@ -78,7 +78,8 @@ t.test('charge success: at the deadline the call is refused deadline_exceeded an
   const { gateway, handle } = await gatewayWithCredits(t, { upstream: { url: upstream.url, callDeadline: '400ms' } });
   const started = Date.now();
   const reply = await callTool(gateway, 'slow', { ms: 5_000, tollboothToken: handle });
-  t.ok(Date.now() - started < 3_000, 'answered at the deadline, not when the tool finished');
+  // Under the tool's 5 s, with room for a loaded machine (quiet: ~0.4 s): at the deadline, not at the tool's end.
+  t.ok(Date.now() - started < 4_500, 'answered at the deadline, not when the tool finished');
   t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'deadline_exceeded' });
   t.match(reply.result.content[0].text, /refunded/);
   t.equal(await balance(gateway, handle), 3);

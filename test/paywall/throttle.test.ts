@@ -4,6 +4,8 @@
 // gateway with trustProxy, the client address varied with X-Forwarded-For.
 import t, { type Test } from 'tap';
 import { scrape, sumCounter } from '../helpers/gateway-process.js';
+import type { Clock } from '../../src/clock.js';
+import { wallClock } from '../helpers/clock.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 
@@ -33,8 +35,8 @@ const outcomeOf = (result: Json): string => {
   return 'other';
 };
 
-async function gatewayWith(t: Test, limits: Json): Promise<TestGateway> {
-  return startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, trustProxy: true }, limits: { perHandle: { ratePerSecond: 100, burst: 100 }, ...limits } }));
+async function gatewayWith(t: Test, limits: Json, clock?: Clock): Promise<TestGateway> {
+  return startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, trustProxy: true }, limits: { perHandle: { ratePerSecond: 100, burst: 100 }, ...limits } }), { clock });
 }
 
 const opened = async (gateway: TestGateway): Promise<number> => sumCounter(await scrape(gateway.origin), 'tollbooth_charges_opened_total');
@@ -59,13 +61,14 @@ t.test('per client: IPv4 addresses have a bucket each, and an IPv4-mapped IPv6 a
 
 t.test('global cap: a flood from many /64s opens at most newChargesPerSecond links; paying users and existing links are unaffected', async (t) => {
   const CAP = 5;
-  const gateway = await gatewayWith(t, { challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 }, newChargesPerSecond: CAP });
+  let offset = 0;
+  const gateway = await gatewayWith(t, { challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 }, newChargesPerSecond: CAP }, wallClock(() => Date.now() + offset));
   // Before the flood: one payer with credits, one handle with a pending link it has not paid yet.
   const payerChallenge = (await callFrom(gateway, '198.51.100.1'))._meta['xyz.tollbooth/challenge'];
   const pay = await fetch(`${payerChallenge.checkoutUrl}/pay`, { method: 'POST', redirect: 'manual' });
   t.equal(pay.status, 303);
   const waiting = (await callFrom(gateway, '198.51.100.2'))._meta['xyz.tollbooth/challenge'];
-  await new Promise((resolve) => setTimeout(resolve, 1_100)); // the bucket refills to its burst
+  offset += 1_100; // the gateway's clock moves on: the bucket refills to its burst (no wait)
   const before = await opened(gateway);
 
   const started = performance.now();

@@ -22,6 +22,7 @@ import { TERMS } from '../payments/x402/fixtures.js';
 import { startFakeFacilitator, type FakeFacilitator } from '../helpers/x402-facilitator.js';
 import { paymentRequiredOf } from '../helpers/x402-gateway.js';
 import { newPayer } from '../helpers/x402-payer.js';
+import { systemClock } from '../../src/clock.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 const HOUR = 3_600_000;
@@ -33,7 +34,7 @@ async function rig(t: Test, options: { charge?: 'success' | 'attempt'; currency?
   const logger = createLogger('info', new Writable({ write: (_chunk, _e, done) => done() }));
   const metrics = createMetrics(async () => 0);
   const provider = new DevProvider({ store, publicUrl: 'http://127.0.0.1:9/mcp' });
-  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, now: Date.now });
+  const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: systemClock });
   const rail = new X402Rail({ terms: TERMS, facilitator: await facilitatorFor(t, fake.url, logger), store, logger, metrics });
   const x402 = new X402Calls({
     rail,

@@ -14,6 +14,7 @@ import { PricedRequests } from '../../src/proxy/priced-requests.js';
 import { ResponseScreen } from '../../src/proxy/response-screen.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { PricedRequestRecord, Store } from '../../src/store/store.js';
+import { systemClock } from '../../src/clock.js';
 
 function rig(wrapStore: (store: Store) => Store = (store) => store) {
   const store = new MemoryStore();
@@ -22,7 +23,7 @@ function rig(wrapStore: (store: Store) => Store = (store) => store) {
   const logger = createLogger('info', new Writable({ write: (chunk: Buffer, _e, done) => (logs.push(chunk.toString()), done()) }));
   const metrics = createMetrics(async () => 0);
   const provider = new DevProvider({ store, publicUrl: 'http://127.0.0.1:9/mcp' });
-  const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, now: Date.now });
+  const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: systemClock });
   const paywall = new Paywall({
     settings: { argumentName: 'tollboothToken', hashSecret: 's', handleTtlMs: 3_600_000, chargeTtlMs: 3_600_000, callDeadlineMs: 20_000, perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 } },
     store: used,

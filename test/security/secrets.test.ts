@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
-import { freePort, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
 import { sendWebhook, startMooveFake } from '../helpers/moove-fake.js';
 
@@ -111,12 +111,13 @@ t.test('dev provider: a full paid flow leaks no handle, checkout URL or link id'
 t.test('OAuth: the paid flow and refused tokens leak no bearer token', async (t) => {
   const issuer = await startTestIssuer();
   t.teardown(() => issuer.close());
-  const port = await freePort();
-  const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
   const gateway = await startTestGateway(t, testConfig(upstream.url, {
-    server: { host: '127.0.0.1', port, publicUrl, ...limits },
+    server: { host: '127.0.0.1', port: 0, publicUrl, ...limits },
     auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer] },
   }));
+  publicUrl = gateway.config.server.publicUrl;
   const flow = new Flow(gateway);
   const token = await issuer.mint({ sub: 'alice', aud: publicUrl });
   flow.secret('bearer token', token);

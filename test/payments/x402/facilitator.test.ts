@@ -107,10 +107,12 @@ t.test('deadlines bound verify and settle against a facilitator that never answe
   const { c } = client(t, fake.url, { verifyDeadlineMs: 600, requestTimeoutMs: 250, settleDeadlineMs: 500 });
   let started = Date.now();
   t.match(await c.verify(payload, requirements).catch((e: unknown) => e), { kind: 'timeout', op: 'verify' });
-  t.ok(Date.now() - started < 2_000);
+  // A facilitator that never answers would hold an unbounded call forever: any bound proves the deadline;
+  // this one is generous for a loaded machine (quiet: ~0.6 s).
+  t.ok(Date.now() - started < 6_000);
   started = Date.now();
   t.match(await c.settle(payload, requirements).catch((e: unknown) => e), { kind: 'timeout', op: 'settle', mayHaveReached: true });
-  t.ok(Date.now() - started < 2_000);
+  t.ok(Date.now() - started < 5_000);
   t.equal(fake.calls.settle, 1);
 });
 
