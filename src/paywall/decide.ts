@@ -97,10 +97,10 @@ export class Paywall {
       if (decision.kind === 'unknown_handle') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
       facts.tokenRecognised = true;
       // Step 4: bound to another principal: refuse, disclose nothing, mint nothing.
-      if (decision.kind === 'bound_to_other_principal') return this.#refuse(priced, 'bound_to_other_principal', 'refused_bound', facts);
+      if (decision.kind === 'bound_to_other_principal') return await this.#refuse(priced, 'bound_to_other_principal', 'refused_bound', facts);
       // Step 5: the per-handle bucket, before any credit moves.
       if (decision.kind === 'rate_limited') {
-        return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(decision.retryAfterMs / 1000)) });
+        return await this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(decision.retryAfterMs / 1000)) });
       }
       // Step 6: short of credits → has the pending charge settled? Then reserve again. A payment that
       // lands after its charge was abandoned is still money received (§7.5): without webhooks this retry

@@ -30,7 +30,7 @@ t.test('two-servers.yaml: both endpoints serve their own server, priced as writt
   const port = await freePort();
   const loaded = loadConfig(join(EXAMPLES, 'two-servers.yaml'), { RESEARCH_URL: research.url, TOLLBOOTH_PUBLIC_URL: `http://127.0.0.1:${port}/mcp` });
   t.equal(loaded.servers.local?.upstream.command?.[1], 'dist/research/stdio.js');
-  const config = structuredClone(loaded) as GatewayConfig;
+  const config = structuredClone<GatewayConfig>(loaded);
   config.server.port = port;
   const gateway = await runGateway(config, { logger: createLogger('silent') });
   t.teardown(() => gateway.close());

@@ -81,7 +81,7 @@ export async function freePort(): Promise<number> {
   });
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+ 
 type Json = Record<string, any>;
 let nextRawId = 1;
 

@@ -249,7 +249,7 @@ function slowProvider(reading: ChargeReading, delayMs: number): PaymentProvider 
   const provider = {
     name: 'moove' as const,
     reads: 0,
-    openCharge: unusedProvider.openCharge,
+    openCharge: unusedProvider.openCharge.bind(unusedProvider),
     readCharge: async () => {
       provider.reads++;
       await new Promise((resolve) => setTimeout(resolve, delayMs));
