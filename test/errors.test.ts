@@ -29,7 +29,7 @@ import { startTestIssuer } from './helpers/jwks-issuer.js';
 import { sendWebhook, startMooveFake } from './helpers/moove-fake.js';
 import { deadPort, startScriptedUpstream } from './helpers/scripted-upstream.js';
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 
 /** Raised where no client can make them happen; each is raised below by the function that owns it. */
 const UNIT_ONLY: Partial<Record<ErrorCode, string>> = {

@@ -10,7 +10,7 @@ import { startBridge, type BridgeOptions, type RunningBridge } from '../../src/b
 import { createLogger, type Logger } from '../../src/observability/logger.js';
 import { childEnv } from '../helpers/interop-upstreams.js';
 
-export type Json = Record<string, any>;  
+export type Json = Record<string, any>;
 
 const fixture = (name: string): string => fileURLToPath(new URL(`../fixtures/bridge/${name}`, import.meta.url));
 export const RAW_SERVER = [process.execPath, fixture('raw-server.mjs')];

@@ -12,7 +12,6 @@ import { scrape, startGatewayProcess, sumCounter, type GatewayProcess } from '..
 import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
- 
 type Json = Record<string, any>;
 
 const upstream = await startPaidUpstream('stateless-json');

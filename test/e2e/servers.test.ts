@@ -13,7 +13,6 @@ import { metricValue } from '../helpers/scripted-upstream.js';
 import { startFakeFacilitator } from '../helpers/x402-facilitator.js';
 import { paymentRequiredOf, withX402 } from '../helpers/x402-gateway.js';
 
- 
 type Json = Record<string, any>;
 
 const upstream = await startPaidUpstream('stateless-json');

@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 
 /** One held SSE reply: its first event is written at once, the result only when the test says so. */
 interface Held {

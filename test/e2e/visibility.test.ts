@@ -15,7 +15,7 @@ import { parseReply, send, type Reply } from '../helpers/namespace-client.js';
 import { PAGE_SIZE, startPagedUpstream, tool, type PagedMode } from '../helpers/paged-upstream.js';
 import type { RecordingUpstream } from '../helpers/paid-upstream.js';
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 
 // Seven tools, three pages: [echo, fetch_readable, costly] [secret_tool, parked, delete_file] [admin_stats].
 const TOOLS = ['echo', 'fetch_readable', 'costly', 'secret_tool', 'parked', 'delete_file', 'admin_stats'].map(tool);

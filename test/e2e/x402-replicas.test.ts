@@ -16,7 +16,6 @@ import { startFakeFacilitator, type FakeFacilitator } from '../helpers/x402-faci
 import { paymentMeta, paymentRequiredOf, withX402 } from '../helpers/x402-gateway.js';
 import { newPayer } from '../helpers/x402-payer.js';
 
- 
 type Json = Record<string, any>;
 
 const REFUSAL = 'xyz.tollbooth/refusal';

@@ -15,7 +15,6 @@ import { startFakeFacilitator, type FakeFacilitator } from '../helpers/x402-faci
 import { paymentMeta, paymentRequiredOf, payloadSecrets, withX402 } from '../helpers/x402-gateway.js';
 import { clonePayload, newPayer } from '../helpers/x402-payer.js';
 
- 
 type Json = Record<string, any>;
 
 const CHALLENGE = 'xyz.tollbooth/challenge';

@@ -14,7 +14,6 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
- 
 type Json = Record<string, any>;
 
 export const ATTACKER_HOST = 'attacker.example';

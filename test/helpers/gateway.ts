@@ -81,7 +81,6 @@ export async function freePort(): Promise<number> {
   });
 }
 
- 
 type Json = Record<string, any>;
 let nextRawId = 1;
 

@@ -3,7 +3,6 @@
 // `GET` + `Last-Event-ID` whenever the test says (SPEC §5.1, §6.5).
 import { setTimeout as sleep } from 'node:timers/promises';
 
- 
 type Json = Record<string, any>;
 
 export const LEGACY_VERSION = '2025-11-25';

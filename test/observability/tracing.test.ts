@@ -8,7 +8,7 @@ import { startOtlpReceiver, SPAN_KIND, type OtlpReceiver, type ReceivedSpan } fr
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 
 const CLIENT_TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
 const CLIENT_SPAN_ID = 'b7ad6b7169203331';

@@ -18,7 +18,7 @@ import { hashHandle, mintHandle } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { PricedRequestKey, Store } from '../../src/store/store.js';
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 const SECRET = 'conclude-test-secret';
 const HOUR = 3_600_000;
 const DEADLINE = 20_000;

@@ -23,7 +23,7 @@ import { startFakeFacilitator, type FakeFacilitator } from '../helpers/x402-faci
 import { paymentRequiredOf } from '../helpers/x402-gateway.js';
 import { newPayer } from '../helpers/x402-payer.js';
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 const HOUR = 3_600_000;
 
 async function rig(t: Test, options: { charge?: 'success' | 'attempt'; currency?: string; retries?: { ratePerSecond: number; burst: number }; challenges?: { ratePerSecond: number; burst: number } } = {}) {
