@@ -503,7 +503,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     profileHints: {},
   };
 
-  let measuredFromUs = 0;
+  let measuredFromUs: number;
   const live = new Map<Target, ServerUnderTest>();
   // Each server starts once and stays up for the max-rate, fixed-rate and SSE runs. Only one is under
   // load at a time; the idle ones sleep in epoll (their only timer is the reconciler's, once a minute).

@@ -51,7 +51,7 @@ async function measure(label: string, redis: { url?: string; cluster?: string[] 
     await resetStats(ports);
     for (let i = 0; i < CALLS; i++) {
       const reply = await rawToolCall(running, 'fetch_readable', { url: `x${i}`, tollboothToken: handle });
-      if (!reply.result?._meta?.['xyz.tollbooth/receipt']) throw new Error(`call ${i} was not paid: ${JSON.stringify(reply).slice(0, 200)}`);
+      if (!(reply as { result?: { _meta?: Record<string, unknown> } }).result?._meta?.['xyz.tollbooth/receipt']) throw new Error(`call ${i} was not paid: ${JSON.stringify(reply).slice(0, 200)}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 200));
     const stats = await commandStats(ports);

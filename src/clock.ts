@@ -8,14 +8,15 @@ export interface ClockTimer {
   unref(): void;
 }
 
+/** Members are function-typed properties, not methods: callers pass `clock.now` around unbound. */
 export interface Clock {
   /** Wall-clock epoch milliseconds: timestamps written to the store, expiries, money records. */
-  now(): number;
+  now: () => number;
   /** Monotonic milliseconds (any origin): elapsed time, deadlines, backoff; never jumps with NTP. */
-  monotonic(): number;
+  monotonic: () => number;
   /** Calls `fn` once, `ms` monotonic milliseconds from now. */
-  setTimeout(fn: () => void, ms: number): ClockTimer;
-  clearTimeout(timer: ClockTimer): void;
+  setTimeout: (fn: () => void, ms: number) => ClockTimer;
+  clearTimeout: (timer: ClockTimer) => void;
 }
 
 /** The process's clocks and Node's timers. */

@@ -29,7 +29,7 @@ import { startTestIssuer } from './helpers/jwks-issuer.js';
 import { sendWebhook, startMooveFake } from './helpers/moove-fake.js';
 import { deadPort, startScriptedUpstream } from './helpers/scripted-upstream.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 /** Raised where no client can make them happen; each is raised below by the function that owns it. */
 const UNIT_ONLY: Partial<Record<ErrorCode, string>> = {
@@ -218,7 +218,7 @@ t.test('the stdio bridge refuses with the same table', async (t) => {
   // A bridge that is closing (startBridge stops listening as it closes: served here by a listener that stays).
   const closed = new Bridge({
     command: ['true'], sessions: 'perClient', maxChildren: 1, idleTimeoutMs: 60_000, logger: createLogger('error'),
-    child: { command: ['true'], env: {}, logger: createLogger('error'), maxLineBytes: 1024, maxStdinBytes: 1024 } as never,
+    child: { command: ['true'], env: {}, logger: createLogger('error'), maxLineBytes: 1024, maxStdinBytes: 1024 },
     path: '/mcp', maxBodyBytes: 1024, maxSessions: 1, eventBuffer: { events: 1, bytes: 1024 } as never, maxBufferedBytes: 1024, initializeTimeoutMs: 1_000, restartBackoff: { initialMs: 1, maxMs: 1 },
   });
   await closed.close();
@@ -238,7 +238,7 @@ t.test('codes no client can reach, raised by the code that owns them', async (t)
   raised.set('TB_ERR_CONFIG_INVALID', await Promise.resolve().then(() => parseConfigText('upstream: 5\n', join(dir, 'bad.yaml'))).catch((e: unknown) => e));
   raised.set('TB_ERR_STORE_TTL_FLOOR', await new MemoryStore().createHandle({ handleHash: 'h', fingerprint: 'f', principal: null, ttlMs: 60_000 }).catch((e: unknown) => e));
   const logger = createLogger('error');
-  raised.set('TB_ERR_STORE_UNAVAILABLE', await openRedisClient({ url: `redis://127.0.0.1:${await deadPort()}`, keyPrefix: 'tb:' } as never, logger).catch((e: unknown) => e));
+  raised.set('TB_ERR_STORE_UNAVAILABLE', await openRedisClient({ url: `redis://127.0.0.1:${await deadPort()}`, keyPrefix: 'tb:' }, logger).catch((e: unknown) => e));
   const fake = await startMooveFake({ apiKeys: ['mk_right'] });
   t.teardown(() => fake.close());
   const provider = new MooveProvider({ apiKey: 'mk_wrong', baseUrl: fake.url, logger });
@@ -246,7 +246,7 @@ t.test('codes no client can reach, raised by the code that owns them', async (t)
   const opened = await provider.openCharge({ nonce: 'Qm9vdGhOb25jZTEyMzQ1Ng', sku: 'research', amount: '5.00', currency: 'USDC', label: 'Research', credits: 3, tool: 'fetch_readable', expiresAt: Date.now() + 3_600_000 }).catch((e: unknown) => e);
   t.ok(opened instanceof ProviderError, 'a ProviderError');
   raised.set('TB_ERR_PROVIDER', opened);
-  const facilitator = new FacilitatorClient({ url: `http://127.0.0.1:${await deadPort()}`, logger, baseDelayMs: 1, maxDelayMs: 2 } as never);
+  const facilitator = new FacilitatorClient({ url: `http://127.0.0.1:${await deadPort()}`, logger, baseDelayMs: 1, maxDelayMs: 2 });
   const verified = await facilitator.verify({} as never, {} as never).catch((e: unknown) => e);
   t.ok(verified instanceof FacilitatorError, 'a FacilitatorError');
   raised.set('TB_ERR_FACILITATOR', verified);

@@ -275,7 +275,7 @@ export class Bridge {
       try {
         const { child, identity } = await startInitialisedChild(this.#settings.child, { capabilities: {}, timeoutMs: this.#settings.initializeTimeoutMs }, { onMessage: () => undefined, onExit: () => undefined });
         await child.kill();
-        result = { ok: true, detail: `the stdio server starts and initialises (${String(identity.serverInfo.name ?? 'unnamed')})` };
+        result = { ok: true, detail: `the stdio server starts and initialises (${typeof identity.serverInfo.name === 'string' ? identity.serverInfo.name : 'unnamed'})` };
       } catch (error) {
         result = { ok: false, detail: (error as Error).message };
       }

@@ -97,7 +97,7 @@ export class DirectSession {
   // ── client → child ───────────────────────────────────────────────────────────────────────────
 
   #fromClient(message: JSONRPCMessage): void {
-    if (isRequestLike(message) && message.id !== undefined) return this.#requestFromClient(message.id as RequestId, message);
+    if (isRequestLike(message) && message.id !== undefined) return this.#requestFromClient(message.id, message);
     if (isRequestLike(message) && message.method === 'notifications/cancelled') {
       const requestId = isObject(message.params) ? message.params.requestId : undefined;
       const key = typeof requestId === 'string' || typeof requestId === 'number' ? idKey(requestId) : undefined;

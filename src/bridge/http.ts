@@ -90,7 +90,7 @@ export async function pipeResponse(response: Response, res: ServerResponse, opti
   res.once('close', gone);
   try {
     for (;;) {
-      const { done, value } = await reader.read();
+      const { done, value } = (await reader.read()) as { done: true; value?: undefined } | { done: false; value: Uint8Array }; // a fetch body's chunks are bytes
       if (done || res.destroyed) break;
       if (!corked) {
         corked = true;

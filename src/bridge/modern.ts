@@ -146,7 +146,7 @@ export class ModernPool {
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.#entries.values()].map((entry) => entry.child?.kill()));
+    await Promise.all([...this.#entries.values()].flatMap((entry) => (entry.child ? [entry.child.kill()] : [])));
     this.#entries.clear();
   }
 

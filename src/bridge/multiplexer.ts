@@ -233,7 +233,7 @@ export class Multiplexer {
       this.#relays.delete(relayId);
       const cancelled = { ...message, params: { ...params, requestId: relayId } };
       const route = relay.routeChildId === undefined ? undefined : this.#routes.get(relay.routeChildId);
-      if (route?.sink.event(cancelled) !== true) this.#sessions.get(relay.sessionId)?.channel.sendStandalone(cancelled as JSONRPCMessage);
+      if (route?.sink.event(cancelled) !== true) this.#sessions.get(relay.sessionId)?.channel.sendStandalone(cancelled);
       return;
     }
     if (SERVER_WIDE_NOTIFICATIONS.has(message.method)) return this.#broadcast(message, bytes);

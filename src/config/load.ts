@@ -200,7 +200,7 @@ function describeFound(place: Place, path: PathSegment[], input: unknown, source
     if (value === '') return 'an empty string';
     return isSecretPath(path) ? `a value of ${value.length} characters` : `the string ${quote(value)}`;
   }
-  return `the value ${String(value)}`;
+  return `the value ${JSON.stringify(value) ?? typeof value}`;
 }
 
 function quote(value: string): string {

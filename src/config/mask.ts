@@ -6,7 +6,7 @@ import type { GatewayConfig } from './schema.js';
 export const MASK = '***';
 
 export function maskSecrets(config: GatewayConfig): GatewayConfig {
-  const copy = structuredClone(config) as GatewayConfig;
+  const copy = structuredClone<GatewayConfig>(config);
   const { moove } = copy.payments;
   moove.apiKey = maskValue(moove.apiKey);
   moove.webhookSecret = maskValue(moove.webhookSecret);

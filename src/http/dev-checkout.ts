@@ -92,7 +92,7 @@ function receivedFrom(body: unknown): string | undefined {
     return value === null || value.trim() === '' ? undefined : value.trim();
   }
   if (body && typeof body === 'object' && 'received' in body) {
-    const value = (body as { received: unknown }).received;
+    const value = (body).received;
     return typeof value === 'string' && value.trim() !== '' ? value.trim() : undefined;
   }
   return undefined;

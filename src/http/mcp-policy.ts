@@ -157,7 +157,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
   for (const message of classified.messages) {
     const toolCall = classified.toolCalls.find((c) => c.request === message);
     if (toolCall && deps.visibility.isHidden(toolCall.name)) {
-      answers.set(message, rpcErrorBody(unknownTool(toolCall), toolCall.request.id ?? null) as JsonRpcResponse);
+      answers.set(message, rpcErrorBody(unknownTool(toolCall), toolCall.request.id ?? null));
       continue;
     }
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
@@ -173,7 +173,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
     }
     const registration = sessionId === undefined ? null : register(deps, request, sessionId, toolCall, priced, authorisation);
     held.push({ call: toolCall, priced, authorisation, registration });
-    forwarded.push({ ...toolCall.request, params: authorisation.forwardParams } as JsonRpcMessage);
+    forwarded.push({ ...toolCall.request, params: authorisation.forwardParams });
   }
   // Every entry answered by the gateway: nothing goes upstream.
   if (forwarded.length === 0) return sendJson(reply, 200, classified.messages.flatMap((message) => answers.get(message) ?? []));

@@ -167,6 +167,6 @@ async function* mergeRuns(paths: string[]): AsyncIterable<SortItem> {
       if (!next.done) push({ item: decode(next.value), reader });
     }
   } finally {
-    await Promise.all(readers.map((lines) => lines.return?.()));
+    await Promise.all(readers.flatMap((lines) => (lines.return ? [lines.return()] : [])));
   }
 }

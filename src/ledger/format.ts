@@ -80,6 +80,7 @@ export function parseTimeBound(option: string, text: string | undefined): number
 export function safeReason(reason: string, redactHandles: (text: string) => string): string {
   return redactHandles(reason)
     .replace(/\b[a-z][a-z0-9+.-]*:\/\/\S+/gi, '[url]')
+    // eslint-disable-next-line no-control-regex -- control characters are what this strips
     .replace(/[\u0000-\u001f\u007f]+/g, ' ')
     .trim()
     .slice(0, 500);

@@ -72,7 +72,7 @@ function nestsDeeperThan(root: unknown, max: number): boolean {
   const pending: { value: object; depth: number }[] = typeof root === 'object' && root !== null ? [{ value: root, depth: 1 }] : [];
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
     if (next.depth > max) return true;
-    for (const child of Array.isArray(next.value) ? next.value : Object.values(next.value)) {
+    for (const child of Array.isArray(next.value) ? (next.value as unknown[]) : Object.values(next.value as Record<string, unknown>)) {
       if (typeof child === 'object' && child !== null) pending.push({ value: child, depth: next.depth + 1 });
     }
   }
@@ -94,7 +94,7 @@ function validateToolCall(message: JsonRpcRequest): ToolCall {
   if (params.arguments !== undefined && !isObject(params.arguments)) {
     throw new GatewayError('TB_ERR_INVALID_PARAMS', 'Invalid params: tools/call params.arguments must be an object');
   }
-  const args = (params.arguments ?? {}) as JsonObject;
+  const args = (params.arguments ?? {});
   return { request: message as ToolCall['request'], name: params.name, args };
 }
 

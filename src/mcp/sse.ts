@@ -110,7 +110,7 @@ function lineEnd(text: string, from: number): number {
 export async function* readSseEvents(source: AsyncIterable<Buffer | string>, limits: SseLimits): AsyncGenerator<SseEvent> {
   const splitter = new SseSplitter(limits);
   for await (const chunk of source) {
-    for (const event of splitter.push(chunk as Buffer | string)) if (event !== BLANK_LINE) yield event;
+    for (const event of splitter.push(chunk)) if (event !== BLANK_LINE) yield event;
   }
   const last = splitter.end();
   if (last) yield last;
@@ -121,7 +121,7 @@ export async function* rewriteSse(source: AsyncIterable<Buffer | string>, hook: 
   const splitter = new SseSplitter(limits);
   for await (const chunk of source) {
     let out = '';
-    for (const event of splitter.push(chunk as Buffer | string)) {
+    for (const event of splitter.push(chunk)) {
       if (event === BLANK_LINE) {
         out += '\n'; // stray blank line: keep the byte, it carries no event
         continue;

@@ -72,7 +72,7 @@ export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: To
 export function rewriteToolsListMessages(parsed: unknown, pricing: ToolPricing, view: ToolView | null = null): unknown {
   if (Array.isArray(parsed)) {
     let changed = false;
-    const out = parsed.map((message) => {
+    const out = (parsed as unknown[]).map((message) => {
       const one = rewriteOne(message, pricing, view);
       if (one === undefined) return message;
       changed = true;

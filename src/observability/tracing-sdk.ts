@@ -132,14 +132,14 @@ class SdkTracing implements Tracing {
       const attributes = { 'tollbooth.provider': provider.name, 'tollbooth.provider.op': op };
       return (...args: A): Promise<R> => {
         const request = context.active().getValue(REQUEST_TRACE) as ServerRequestTrace | undefined;
-        if (request === undefined) return method.apply(provider, args);
-        return request.around(`provider ${op}`, SpanKind.CLIENT, attributes, () => method.apply(provider, args)) as Promise<R>;
+        if (request === undefined) return method(...args);
+        return request.around(`provider ${op}`, SpanKind.CLIENT, attributes, () => method(...args)) as Promise<R>;
       };
     };
     return {
       name: provider.name,
-      openCharge: around('openCharge', provider.openCharge),
-      readCharge: around('readCharge', provider.readCharge),
+      openCharge: around('openCharge', (...args: never[]) => provider.openCharge(...args)),
+      readCharge: around('readCharge', (...args: never[]) => provider.readCharge(...args)),
       ...(provider.close ? { close: () => (provider.close as () => Promise<void>).call(provider) } : {}),
     } as unknown as P; // the provider's interface is exactly these members
   }

@@ -85,6 +85,7 @@ interface Exchange {
  */
 export function describeCharge(input: Pick<OpenChargeInput, 'nonce' | 'label' | 'credits' | 'tool'>): string {
   if (!NONCE_PATTERN.test(input.nonce)) throw new TypeError('a charge nonce is base64url of at most 128 characters');
+  // eslint-disable-next-line no-control-regex -- control characters are what this strips
   const flat = (text: string): string => text.replace(/[\u0000-\u001f\u007f]+/g, ' ');
   const full = `tb_${input.nonce} · ${flat(input.label)} — ${input.credits} credits (${flat(input.tool)})`;
   if (full.length <= DESCRIPTION_MAX) return full;

@@ -104,10 +104,10 @@ export class Paywall {
       if (decision.kind === 'unknown_handle') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
       facts.tokenRecognised = true;
       // Step 4: bound to another principal: refuse, disclose nothing, mint nothing.
-      if (decision.kind === 'bound_to_other_principal') return this.#refuse(priced, 'bound_to_other_principal', 'refused_bound', facts);
+      if (decision.kind === 'bound_to_other_principal') return await this.#refuse(priced, 'bound_to_other_principal', 'refused_bound', facts);
       // Step 5: the per-handle bucket, before any credit moves.
       if (decision.kind === 'rate_limited') {
-        return this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(decision.retryAfterMs / 1000)) });
+        return await this.#refuse(priced, 'rate_limited', 'refused_rate_limited', facts, { retryAfterSeconds: Math.max(1, Math.ceil(decision.retryAfterMs / 1000)) });
       }
       // Step 6: short of credits → has the pending charge settled? Then reserve again. A payment that
       // lands after its charge was abandoned is still money received (§7.5): without webhooks this retry
@@ -210,7 +210,7 @@ export class Paywall {
     registration: PricedRequestKey | null,
     context: { sku: string; cost: number; tool: string; reqId?: string | undefined },
   ): Promise<Settled> {
-    const { store, metrics } = this.#deps;
+    const { store } = this.#deps;
     try {
       const remaining = keep ? await store.commit(handleHash, reservationId, context.tool) : await store.release(handleHash, reservationId);
       if (remaining !== null) {
@@ -450,9 +450,9 @@ export class Paywall {
 
   #paidCallCounter(tool: string, sku: string, outcome: PaidOutcome): { inc(): void } {
     let bySku = this.#paidCallCounters.get(tool);
-    if (!bySku) this.#paidCallCounters.set(tool, (bySku = new Map()));
+    if (!bySku) this.#paidCallCounters.set(tool, (bySku = new Map<string, Map<PaidOutcome, { inc(): void }>>()));
     let byOutcome = bySku.get(sku);
-    if (!byOutcome) bySku.set(sku, (byOutcome = new Map()));
+    if (!byOutcome) bySku.set(sku, (byOutcome = new Map<PaidOutcome, { inc(): void }>()));
     let counter = byOutcome.get(outcome);
     if (!counter) byOutcome.set(outcome, (counter = this.#deps.metrics.paidCalls.labels(this.#server, tool, sku, outcome)));
     return counter;

@@ -84,7 +84,7 @@ export class X402Calls {
         const text = `Too many paid calls from this client: wait ${seconds} seconds, then retry the same call. The x402 payment was not used.`;
         return answer(refusalResult('rate_limited', await shape, { retryAfterSeconds: seconds, text }), 'refused_rate_limited');
       }
-      const authorised = await rail.authorise(this.#callOf(priced, await shape), priced.call.request.params as JsonObject);
+      const authorised = await rail.authorise(this.#callOf(priced, await shape), priced.call.request.params);
       // payment_invalid carries PaymentRequired again: the agent is asked to pay, as by a challenge.
       if (authorised.kind === 'refuse') return answer(authorised.result, authorised.reason === 'payments_unavailable' ? 'refused_unavailable' : 'challenged');
       const params = authorised.forwardParams;

@@ -66,14 +66,14 @@ export class BatchExchange implements PricedForward {
     const { responses, failure } = await this.#read();
     this.#cancelDeadline();
     // 2. Each priced entry concluded on the one response that answers it exactly.
-    await Promise.all(this.#plan.held.map((entry) => entry.registration?.written)); // registry conclusions land after the registrations
+    await Promise.all(this.#plan.held.flatMap((entry) => (entry.registration ? [entry.registration.written] : []))); // registry conclusions land after the registrations
     for (const entry of this.#plan.held) {
       const id = entry.call.request.id ?? null;
       const match = responseTo(responses, id);
       const outcome: CallOutcome = match !== null && match !== 'ambiguous' ? { kind: 'answered', message: match } : failure ?? { kind: 'failed', accepted: true };
       const conclusion = await this.#deps.paywall.conclude(entry.priced, entry.authorisation, outcome, entry.registration?.key ?? null);
       if (entry.registration) this.#deps.registry.noteConcluded(entry.registration.sessionId, id, conclusion.state === 'committed' ? 'committed' : 'released');
-      if (conclusion.message) this.#plan.answers.set(entry.call.request as JsonRpcMessage, conclusion.message);
+      if (conclusion.message) this.#plan.answers.set(entry.call.request, conclusion.message);
     }
     // 3. One reply, in the original order.
     this.#send(responses, failure);
@@ -116,7 +116,7 @@ export class BatchExchange implements PricedForward {
       }
       if (!('method' in message) || message.id === undefined) continue; // notifications and client responses get no reply
       const reply = responseTo(responses, message.id);
-      merged.push(reply !== null && reply !== 'ambiguous' ? reply : (rpcErrorBody(failure ? new GatewayError('TB_ERR_UPSTREAM_UNAVAILABLE', 'the upstream did not answer the batch') : new GatewayError('TB_ERR_UPSTREAM_BAD_RESPONSE', 'the upstream gave no single reply for this entry'), message.id) as JsonRpcResponse));
+      merged.push(reply !== null && reply !== 'ambiguous' ? reply : (rpcErrorBody(failure ? new GatewayError('TB_ERR_UPSTREAM_UNAVAILABLE', 'the upstream did not answer the batch') : new GatewayError('TB_ERR_UPSTREAM_BAD_RESPONSE', 'the upstream gave no single reply for this entry'), message.id)));
     }
     if (this.#reply.raw.destroyed || this.#reply.sent) return;
     if (merged.length === 0) {

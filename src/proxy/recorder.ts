@@ -36,9 +36,9 @@ export class ProxyRecorder {
     const method = methodLabel(call.method);
     const status = statusClass(code);
     let byEra = this.#requests.get(method);
-    if (!byEra) this.#requests.set(method, (byEra = new Map()));
+    if (!byEra) this.#requests.set(method, (byEra = new Map<string, Map<string, CounterChild>>()));
     let byStatus = byEra.get(call.era);
-    if (!byStatus) byEra.set(call.era, (byStatus = new Map()));
+    if (!byStatus) byEra.set(call.era, (byStatus = new Map<string, CounterChild>()));
     let counter = byStatus.get(status);
     if (!counter) byStatus.set(status, (counter = this.#metrics.mcpRequests.labels(this.#server, method, call.era, status)));
     counter.inc();
@@ -51,7 +51,7 @@ export class ProxyRecorder {
   upstream(call: McpCall, outcome: UpstreamOutcome): void {
     const method = methodLabel(call.method);
     let byOutcome = this.#upstream.get(method);
-    if (!byOutcome) this.#upstream.set(method, (byOutcome = new Map()));
+    if (!byOutcome) this.#upstream.set(method, (byOutcome = new Map<string, HistogramChild>()));
     let histogram = byOutcome.get(outcome);
     if (!histogram) byOutcome.set(outcome, (histogram = this.#metrics.upstreamDuration.labels(this.#server, method, outcome)));
     histogram.observe((this.#now() - (call.forwardedAt || call.startedAt)) / 1000);

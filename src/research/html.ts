@@ -42,10 +42,10 @@ interface DomDocument {
 }
 
 function parseDocument(html: string): DomDocument {
-  const parsed = parseHTML(html).document as unknown as DomDocument;
+  const parsed = (parseHTML(html) as unknown as { document: DomDocument }).document;
   if (parsed.documentElement?.tagName === 'HTML') return parsed;
   // linkedom does not build <html>/<body> around a fragment the way browsers do; do it for it.
-  return parseHTML(`<!doctype html><html><head></head><body>${html}</body></html>`).document as unknown as DomDocument;
+  return (parseHTML(`<!doctype html><html><head></head><body>${html}</body></html>`) as unknown as { document: DomDocument }).document;
 }
 
 /** Collapses whitespace inside lines and keeps at most one blank line between blocks. */
@@ -98,7 +98,7 @@ export function readableText(html: string): ReadablePage {
   const title = document.title.trim();
   // Readability mutates the document it is given, so read the fallback text first.
   const fallback = document.body ? renderText(document.body) : '';
-  const article = new Readability(document as unknown as ConstructorParameters<typeof Readability>[0]).parse();
+  const article = new Readability(document).parse();
   if (!article?.content) return { title, text: fallback };
   const articleBody = parseDocument(article.content).body;
   const articleText = articleBody ? renderText(articleBody) : '';

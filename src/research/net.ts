@@ -297,15 +297,6 @@ export function abortable<T>(work: Promise<T>, signal: AbortSignal, onAbort: () 
   return new Promise<T>((resolve, reject) => {
     const abort = (): void => reject(onAbort());
     signal.addEventListener('abort', abort, { once: true });
-    work.then(
-      (value) => {
-        signal.removeEventListener('abort', abort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', abort);
-        reject(err);
-      },
-    );
+    work.finally(() => signal.removeEventListener('abort', abort)).then(resolve, reject);
   });
 }

@@ -152,7 +152,8 @@ async function records<T>(type: string, query: () => Promise<T[]>, errors: strin
   try {
     return await query();
   } catch (err) {
-    const code = String((err as { code?: unknown }).code ?? (err as Error).message);
+    const raw = (err as { code?: unknown }).code;
+    const code = typeof raw === 'string' || typeof raw === 'number' ? String(raw) : String((err as Error).message);
     if (!NO_RECORD_CODES.has(code)) errors.push(`${type}: ${code}`);
     return [];
   }

@@ -41,7 +41,7 @@ let tags: string[] | null = null;
  */
 export function slotTags(): readonly string[] {
   if (tags) return tags;
-  const found: (string | undefined)[] = new Array(SLOT_COUNT);
+  const found = new Array<string | undefined>(SLOT_COUNT);
   let missing = SLOT_COUNT;
   for (let n = 0; missing > 0; n++) {
     const tag = `rs:${n.toString(36)}`;

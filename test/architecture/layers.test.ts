@@ -128,7 +128,7 @@ export function checkLayers(files: ReadonlyMap<string, string>, layers: Readonly
       if (a === b || !Object.hasOwn(layers, a) || !Object.hasOwn(layers, b)) continue;
       const [rankA, rankB] = [layers[a], layers[b]];
       if (rankB === 'island' || (rankA === 'island' && rankB !== 0)) problems.push({ kind: 'island', text: `${where}: ${a} → ${b}, but ${rankB === 'island' ? b : a} is a program of its own (it may import only rank 0)` });
-      else if (rankB > rankA) problems.push({ kind: 'upward', text: `${where}: ${a} (rank ${rankA}) imports ${to} of ${b} (rank ${rankB}): imports go down` });
+      else if (typeof rankA === 'number' && typeof rankB === 'number' && rankB > rankA) problems.push({ kind: 'upward', text: `${where}: ${a} (rank ${rankA}) imports ${to} of ${b} (rank ${rankB}): imports go down` });
     }
   }
   for (const ring of rings(edges.map(({ from, to }) => [from, to]))) problems.push({ kind: 'file-cycle', text: `files import each other: ${ring.join(' → ')}` });

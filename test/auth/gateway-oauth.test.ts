@@ -3,7 +3,7 @@
 // (test/helpers/jwks-issuer.ts). The first four tests are the refusals of the least generous
 // consumer; then the attacks on verification, scopes per tool, the header the upstream must never
 // get, and the binding of handles to the principal they were minted for.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { configSchema } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { runGateway } from '../../src/start.js';
@@ -283,7 +283,7 @@ t.test('a batch calling two tools with their own scopes is refused 403 naming ev
 // --- SPEC §20: principals are namespaced (sub:… / client:…) ---
 
 /** Challenged, then paid on the dev checkout: the handle and its link. */
-async function paidHandle(t: Tap & { ok: (value: unknown, message?: string) => void }, gw: OauthGateway, token: string): Promise<{ handle: string; checkoutUrl: string }> {
+async function paidHandle(t: Pick<Test, 'ok'>, gw: OauthGateway, token: string): Promise<{ handle: string; checkoutUrl: string }> {
   const challenge = await post(gw, callTool('fetch_readable', { url: 'https://example.com/ns' }), token);
   const meta = challenge.body.result?._meta?.['xyz.tollbooth/challenge'] as { checkoutUrl: string; retry: { value: string } };
   t.ok(meta?.retry.value.startsWith('tb_s_'), 'challenged with a handle');

@@ -174,10 +174,10 @@ t.test('two gateway processes on one Redis: the binding written by one is enforc
     startGatewayProcess(t, { ...config, server: { host: '127.0.0.1', publicUrl } }),
   ]);
   const alice = await tokenFor(publicUrl, { sub: 'alice' });
-  const sessionId = await openSession(a!.url, alice);
-  const first = await exchange(a!.url, alice, { body: echo(1, 'first'), sessionId });
+  const sessionId = await openSession(a.url, alice);
+  const first = await exchange(a.url, alice, { body: echo(1, 'first'), sessionId });
   const lastEventId = first.eventIds[0] as string;
-  await assertLockedOut(t, b!.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the other replica');
-  await assertLockedOut(t, a!.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the first replica');
-  await assertOwnerWorks(t, b!.url, alice, sessionId, lastEventId);
+  await assertLockedOut(t, b.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the other replica');
+  await assertLockedOut(t, a.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the first replica');
+  await assertOwnerWorks(t, b.url, alice, sessionId, lastEventId);
 });

@@ -102,7 +102,7 @@ async function connect(kind: ClientKind, target: Target, capabilities: Json, rec
     return {
       version: () => negotiated,
       initialize: () => ({ capabilities: client.getServerCapabilities(), serverInfo: client.getServerVersion(), instructions: client.getInstructions() }),
-      listTools: () => client.listTools() as Promise<Json>,
+      listTools: () => client.listTools(),
       callTool: (name, args) => client.callTool({ name, arguments: args }, CallToolResultSchema),
       setLoggingLevel: (level) => client.setLoggingLevel(level),
       subscribe: (uri) => client.subscribeResource({ uri }),
@@ -127,7 +127,7 @@ async function connect(kind: ClientKind, target: Target, capabilities: Json, rec
   return {
     version: () => client.getNegotiatedProtocolVersion(),
     initialize: () => ({ capabilities: client.getServerCapabilities(), serverInfo: client.getServerVersion(), instructions: client.getInstructions() }),
-    listTools: () => client.listTools() as Promise<Json>,
+    listTools: () => client.listTools(),
     callTool: (name, args) => client.callTool({ name, arguments: args }),
     setLoggingLevel: (level) => client.setLoggingLevel(level),
     subscribe: (uri) => client.subscribeResource({ uri }),
@@ -184,7 +184,7 @@ async function run(kind: ClientKind, target: Target, scenario: Scenario): Promis
  * passes both through: modern.test.ts shows it on the wire), so those two are left out here.
  */
 const eraFree = (o: Outcome): unknown => ({
-  capabilities: (({ tasks: _tasks, ...rest }: Json) => rest)((o.initialize?.capabilities ?? {}) as Json),
+  capabilities: (({ tasks: _tasks, ...rest }: Json) => rest)((o.initialize?.capabilities ?? {})),
   serverInfo: o.initialize?.serverInfo,
   instructions: o.initialize?.instructions,
   tools: ((o.tools as Json | undefined)?.tools as Json[] | undefined)?.map(({ execution: _execution, ...tool }) => tool),

@@ -10,7 +10,7 @@ import { startBridge, type BridgeOptions, type RunningBridge } from '../../src/b
 import { createLogger, type Logger } from '../../src/observability/logger.js';
 import { childEnv } from '../helpers/interop-upstreams.js';
 
-export type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+export type Json = Record<string, any>;
 
 const fixture = (name: string): string => fileURLToPath(new URL(`../fixtures/bridge/${name}`, import.meta.url));
 export const RAW_SERVER = [process.execPath, fixture('raw-server.mjs')];
@@ -52,8 +52,8 @@ export async function startTestBridge(t: Test, options: Partial<BridgeOptions> =
 }
 
 export function fetchVia(dispatcher: Dispatcher): typeof globalThis.fetch {
-  return ((input: string | URL | Request, init?: RequestInit) =>
-    undiciFetch(input as string, { ...(init as object), dispatcher } as Parameters<typeof undiciFetch>[1])) as unknown as typeof globalThis.fetch;
+  return (input: string | URL | Request, init?: RequestInit) =>
+    undiciFetch(input as string, { ...(init as object), dispatcher });
 }
 
 export interface RawAnswer {

@@ -52,7 +52,7 @@ t.test('a child that never reads stdin: a bounded queue, then requests refused c
       const call = raw(bridge, 'POST', toolCall(i, 'echo', { text: payload }), sessionHeaders(id!), abort.signal);
       // A refusal comes at once; an accepted request waits for a child that never reads (only the first few are
       // accepted, so waiting 2 s for each of those keeps the count right on a loaded machine).
-      const settled = await Promise.race([call.then((answer) => answer), new Promise<undefined>((resolve) => setTimeout(resolve, 2_000))]);
+      const settled = await Promise.race([call.then((answer) => answer), new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 2_000))]);
       if (settled === undefined) {
         hanging.push(abort);
         call.catch(() => undefined);

@@ -5,7 +5,7 @@
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from '@modelcontextprotocol/client';
 import t from 'tap';
 import { everythingEntry } from '../helpers/interop-upstreams.js';
-import { CAPABILITIES_SERVER, RAW_SERVER, openRawSession, raw, readEvents, startTestBridge, waitFor, type Json, type TestBridge } from './helpers.js';
+import { CAPABILITIES_SERVER, openRawSession, raw, readEvents, startTestBridge, waitFor, type Json, type TestBridge } from './helpers.js';
 
 const envelope = (capabilities: Json = {}, clientInfo: Json = { name: 'raw-modern', version: '1' }): Json => ({
   'io.modelcontextprotocol/protocolVersion': '2026-07-28',
@@ -78,7 +78,7 @@ t.test('progress streams on the request with the client’s token; a closed stre
 
 t.test('an SDK v2 client pinned to 2026-07-28 works through the bridge', async (t) => {
   const bridge = await startTestBridge(t);
-  const client = new ModernClient({ name: 'modern', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } } as never);
+  const client = new ModernClient({ name: 'modern', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
   await client.connect(new ModernTransport(new URL(bridge.url), { fetch: bridge.fetch }));
   t.teardown(() => client.close());
   t.equal(client.getNegotiatedProtocolVersion(), '2026-07-28');

@@ -29,7 +29,7 @@ t.test('two-servers.yaml: both endpoints serve their own server, priced as writt
   // Port 0: the gateway binds a free port; the public URL written with port 0 names the bound one.
   const loaded = loadConfig(join(EXAMPLES, 'two-servers.yaml'), { RESEARCH_URL: research.url, TOLLBOOTH_PUBLIC_URL: 'http://127.0.0.1:0/mcp' });
   t.equal(loaded.servers.local?.upstream.command?.[1], 'dist/research/stdio.js');
-  const config = structuredClone(loaded) as GatewayConfig;
+  const config = structuredClone<GatewayConfig>(loaded);
   config.server.port = 0;
   const gateway = await runGateway(config, { logger: createLogger('silent') });
   t.teardown(() => gateway.close());

@@ -22,7 +22,7 @@ const readYaml = (path: string): any => parse(read(path), { merge: true });
 function expandEnv(value: unknown, env: Record<string, string | undefined>): unknown {
   if (typeof value === 'string') {
     return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_, name: string, fallback?: string) =>
-      env[name] ? (env[name] as string) : (fallback ?? ''));
+      env[name] ? (env[name]) : (fallback ?? ''));
   }
   if (Array.isArray(value)) return value.map((item) => expandEnv(item, env));
   if (value !== null && typeof value === 'object') {

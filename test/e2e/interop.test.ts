@@ -14,7 +14,7 @@ import { startTestGateway, testConfig } from '../helpers/gateway.js';
 import { childEnv, everythingEntry, startDualEraServer, startServerEverything, type RunningUpstream } from '../helpers/interop-upstreams.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 const CLIENTS = ['sdk-v1', 'v2@2025-03-26', 'v2@2025-06-18', 'v2@2025-11-25', 'v2@pin-2026-07-28', 'v2@auto'] as const;
 type ClientKind = (typeof CLIENTS)[number];

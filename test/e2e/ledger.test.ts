@@ -79,7 +79,7 @@ t.test('concurrent calls ending every way: spend entries = calls the upstream ca
     abort.abort();
     return pending.catch(() => 'client gone');
   };
-  const outcomes = await Promise.all([
+  await Promise.all([
     ...Array.from({ length: 12 }, (_, i) => call('fetch_readable', { url: `https://example.com/${i}` })),
     ...Array.from({ length: 4 }, () => call('failing', {})),
     ...Array.from({ length: 3 }, () => call('throwing', {})),

@@ -7,7 +7,7 @@ import t from 'tap';
 import { startTestGateway, testConfig } from '../helpers/gateway.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 const upstream = await startPaidUpstream('sessions-sse');
 t.teardown(() => upstream.close());

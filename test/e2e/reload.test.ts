@@ -13,7 +13,6 @@ import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { waitFor } from '../helpers/clock.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 const upstream = await startPaidUpstream('stateless-json');
@@ -27,7 +26,7 @@ function baseConfig(tools: Json = { slow: { sku: 'research', cost: 1 }, fetch_re
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: 10_000 } },
     tools,
     limits: { perHandle: { ratePerSecond: 10_000, burst: 10_000 }, challengesPerClient: { ratePerSecond: 100, burst: 100 }, newChargesPerSecond: 10_000 },
-  } as ConfigInput;
+  };
 }
 
 /** Rewrites the gateway's config file in place (port kept), as an operator edits it. */
@@ -64,7 +63,7 @@ async function post(url: string, message: Json, extraHeaders: Record<string, str
     body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, ...message }),
   });
   const text = await response.body.text();
-  let body: Json = {};
+  let body: Json;
   try {
     body = JSON.parse(/^data: (.*)$/m.exec(text)?.[1] ?? text) as Json;
   } catch {
@@ -167,7 +166,7 @@ t.test('a broken file changes nothing and is named in one error line', async (t)
 t.test('a store change is refused: nothing changes, one error line names it', async (t) => {
   const gateway = await startGatewayProcess(t, baseConfig());
   const shaBefore = await configSha(gateway.origin);
-  rewrite(gateway, { ...baseConfig({ slow: { sku: 'research', cost: 5 } }), store: { type: 'redis', redis: { url: 'redis://127.0.0.1:1/0' } } } as ConfigInput);
+  rewrite(gateway, { ...baseConfig({ slow: { sku: 'research', cost: 5 } }), store: { type: 'redis', redis: { url: 'redis://127.0.0.1:1/0' } } });
   const line = await hangUp(gateway);
   t.equal(line.result, 'refused');
   t.equal(line.path, 'store');
@@ -205,7 +204,7 @@ t.test('a server added, then removed', async (t) => {
 
 t.test('an unchanged stdio upstream keeps its child and sessions across a reload; a changed one is a new bridge', async (t) => {
   const filesConfig = (cost: number, maxChildren = 4): ConfigInput =>
-    ({ ...baseConfig(), servers: { files: { path: '/files', upstream: { command: STDIO_FIXTURE_COMMAND, stdio: { sessions: 'perClient', maxChildren } }, tools: { echo: { sku: 'research', cost } } } } }) as ConfigInput;
+    ({ ...baseConfig(), servers: { files: { path: '/files', upstream: { command: STDIO_FIXTURE_COMMAND, stdio: { sessions: 'perClient', maxChildren } }, tools: { echo: { sku: 'research', cost } } } } });
   const gateway = await startGatewayProcess(t, filesConfig(1));
   const files = `${gateway.origin}/files`;
   const init = await post(files, { method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'reload', version: '1' } } });

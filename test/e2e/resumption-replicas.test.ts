@@ -26,17 +26,17 @@ const RECEIPT = 'xyz.tollbooth/receipt';
 const redis = await startRedis();
 t.teardown(() => redis.stop());
 
-async function setUp(t: Test, callDeadline: number): Promise<{ upstream: PaidUpstream; a: GatewayProcess; b: GatewayProcess; handle: string; balance(): Promise<number | undefined> }> {
+async function setUp(t: Test, callDeadline: number): Promise<{ upstream: PaidUpstream; a: GatewayProcess; b: GatewayProcess; handle: string; balance: () => Promise<number | undefined> }> {
   const upstream = await startPaidUpstream('sessions-resumable', { ignoreCancellation: true });
   t.teardown(() => upstream.close());
   const keyPrefix = `tbresume${randomBytes(3).toString('hex')}:`;
   const config = redisGatewayConfig(upstream.url, { url: redis.url }, keyPrefix, { upstream: { url: upstream.url, callDeadline } });
   const [a, b] = await Promise.all([startGatewayProcess(t, config), startGatewayProcess(t, config)]);
-  const challenge = await callTool(a!.url, 'fetch_readable', { url: 'https://example.com/' });
+  const challenge = await callTool(a.url, 'fetch_readable', { url: 'https://example.com/' });
   if (challenge.kind !== 'challenged') throw new Error(`expected a challenge, got ${JSON.stringify(challenge)}`);
-  if ((await payDevCheckout(challenge.checkoutUrl, a!.origin)) !== 303) throw new Error('the dev checkout failed');
+  if ((await payDevCheckout(challenge.checkoutUrl, a.origin)) !== 303) throw new Error('the dev checkout failed');
   const store = await connectStore(t, { url: redis.url }, keyPrefix);
-  return { upstream, a: a!, b: b!, handle: challenge.handle, balance: () => balanceOf(store, challenge.handle) };
+  return { upstream, a: a, b: b, handle: challenge.handle, balance: () => balanceOf(store, challenge.handle) };
 }
 
 async function spent(gateways: GatewayProcess[], kind: 'spent' | 'refunded'): Promise<number> {

@@ -115,7 +115,7 @@ t.test('a free request reusing the id of a paid call in flight, or of a released
 
   const inFlight = await postRaw(session, toolCall(11, 'echo', { text: 'free' }));
   t.equal(inFlight.status, 400, 'refused while the paid call runs');
-  t.equal((await inFlight.json()).error?.code, -32600);
+  t.equal(((await inFlight.json()) as { error?: { code?: number } }).error?.code, -32600);
 
   const refused = await call.responseFor(11, 5_000);
   t.equal(refused?.result?._meta?.[REFUSAL]?.reason, 'deadline_exceeded');

@@ -13,7 +13,6 @@ import { metricValue } from '../helpers/scripted-upstream.js';
 import { startFakeFacilitator } from '../helpers/x402-facilitator.js';
 import { paymentRequiredOf, withX402 } from '../helpers/x402-gateway.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 const upstream = await startPaidUpstream('stateless-json');
@@ -59,7 +58,7 @@ async function post(url: string, message: Json, headers: Record<string, string> 
   const text = await response.text();
   // A reply may come as one SSE event: its data line is the message.
   const data = /^data: (.*)$/m.exec(text)?.[1];
-  let body: Json = {};
+  let body: Json;
   try {
     body = JSON.parse(data ?? text) as Json;
   } catch {

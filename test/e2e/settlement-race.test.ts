@@ -140,14 +140,14 @@ t.test('two retries on two processes right after payment both run; neither is sh
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: PACK } },
   });
   const [first, second] = await Promise.all([startGatewayProcess(t, config), startGatewayProcess(t, config)]);
-  const challenge = await callTool(first!.url, 'fetch_readable', { url: 'https://example.com/' });
+  const challenge = await callTool(first.url, 'fetch_readable', { url: 'https://example.com/' });
   if (challenge.kind !== 'challenged') throw new Error(`expected a challenge, got ${JSON.stringify(challenge)}`);
   const [linkId] = [...moove.links.keys()];
   await moove.pay(linkId as string, '5.00');
   moove.readDelayMs = 600; // whichever retry reads first holds the slot for 600 ms
 
   const retry = (url: string) => callTool(url, 'fetch_readable', { url: 'https://example.com/', tollboothToken: challenge.handle });
-  const outcomes = await Promise.all([retry(first!.url), retry(second!.url)]);
+  const outcomes = await Promise.all([retry(first.url), retry(second.url)]);
   const reads = moove.calls.filter((call) => call.method === 'GET').length;
   t.comment(`outcomes ${JSON.stringify(tally(outcomes))}, ${reads} provider reads, ${outcomes.map((o) => o.ms).join('/')} ms`);
   t.same(

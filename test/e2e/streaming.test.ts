@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 /** One held SSE reply: its first event is written at once, the result only when the test says so. */
 interface Held {
@@ -21,7 +21,8 @@ interface Held {
 async function startHoldingUpstream(): Promise<{ url: string; held: Held[]; nextHeld(): Promise<Held>; close(): Promise<void> }> {
   const held: Held[] = [];
   const waiters: ((h: Held) => void)[] = [];
-  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+  // The handler is async: its promise goes to a catch that fails the response (never an unhandled rejection).
+  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     let raw = '';
     for await (const chunk of req) raw += String(chunk);
     const message = JSON.parse(raw) as Json;
@@ -40,6 +41,9 @@ async function startHoldingUpstream(): Promise<{ url: string; held: Held[]; next
     if (res.destroyed) return;
     entry.finished = true;
     res.end(`event: message\nid: e2\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: message.id, result: { content: [{ type: 'text', text: 'done' }] } })}\n\n`);
+  };
+  const server = createServer((req, res) => {
+    serve(req, res).catch((error: unknown) => res.destroy(error as Error));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;

@@ -15,7 +15,7 @@ import { parseReply, send, type Reply } from '../helpers/namespace-client.js';
 import { PAGE_SIZE, startPagedUpstream, tool, type PagedMode } from '../helpers/paged-upstream.js';
 import type { RecordingUpstream } from '../helpers/paid-upstream.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 // Seven tools, three pages: [echo, fetch_readable, costly] [secret_tool, parked, delete_file] [admin_stats].
 const TOOLS = ['echo', 'fetch_readable', 'costly', 'secret_tool', 'parked', 'delete_file', 'admin_stats'].map(tool);
@@ -36,7 +36,7 @@ t.teardown(() => issuer.close());
 interface Setup {
   upstream: RecordingUpstream;
   gateway: TestGateway;
-  token(principal: Principal): Promise<string>;
+  token: (principal: Principal) => Promise<string>;
 }
 
 async function setup(t: Test, mode: PagedMode, auth: { hideUnauthorisedTools?: boolean } = {}): Promise<Setup> {
@@ -91,19 +91,19 @@ async function connect(era: 'legacy' | 'modern', url: string, token: string): Pr
     const client = new V1Client({ name: 'visibility-v1', version: '1.0.0' });
     await client.connect(new V1HttpTransport(new URL(url), { requestInit }));
     return {
-      listPages: () => listPages((cursor) => client.listTools(cursor === undefined ? {} : { cursor }) as never),
-      callTool: (name, args = {}) => client.callTool({ name, arguments: args }) as Promise<Json>,
+      listPages: () => listPages((cursor) => client.listTools(cursor === undefined ? {} : { cursor })),
+      callTool: (name, args = {}) => client.callTool({ name, arguments: args }),
       close: () => client.close(),
     };
   }
-  const client = new V2Client({ name: 'visibility-v2', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } } as never);
-  await client.connect(new V2HttpTransport(new URL(url), { requestInit }) as never);
+  const client = new V2Client({ name: 'visibility-v2', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+  await client.connect(new V2HttpTransport(new URL(url), { requestInit }));
   if (client.getNegotiatedProtocolVersion() !== '2026-07-28') throw new Error(`expected a 2026-07-28 client, got ${client.getNegotiatedProtocolVersion()}`);
   return {
     // Without a cursor the v2 client walks every page itself and returns the aggregate: the first page is
     // asked for by the cursor "0" (the upstream's own first cursor), so each page is checked on its own.
-    listPages: () => listPages((cursor) => client.listTools({ cursor: cursor ?? '0' }) as never),
-    callTool: (name, args = {}) => client.callTool({ name, arguments: args }) as Promise<Json>,
+    listPages: () => listPages((cursor) => client.listTools({ cursor: cursor ?? '0' })),
+    callTool: (name, args = {}) => client.callTool({ name, arguments: args }),
     close: () => client.close(),
   };
 }

@@ -17,7 +17,6 @@ import { startFakeFacilitator, type FakeFacilitator } from '../helpers/x402-faci
 import { paymentMeta, paymentRequiredOf, withX402 } from '../helpers/x402-gateway.js';
 import { newPayer } from '../helpers/x402-payer.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 const REFUSAL = 'xyz.tollbooth/refusal';
@@ -41,7 +40,7 @@ async function setUp(t: Test, mode: UpstreamMode, callDeadline = 6_000): Promise
   const keyPrefix = `tbx402${randomBytes(3).toString('hex')}:`;
   const config = withX402(redisGatewayConfig(upstream.url, { url: redis.url }, keyPrefix, { upstream: { url: upstream.url, callDeadline } }), fake.url);
   const [a, b] = await Promise.all([startGatewayProcess(t, config), startGatewayProcess(t, config)]);
-  return { upstream, fake, a: a!, b: b! };
+  return { upstream, fake, a: a, b: b };
 }
 
 const call = (id: unknown, name: string, args: Json, payload?: PaymentPayload): Json => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args, ...(payload ? { _meta: paymentMeta(payload) } : {}) } });

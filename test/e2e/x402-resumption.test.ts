@@ -17,7 +17,6 @@ import { startFakeFacilitator, type FakeFacilitator } from '../helpers/x402-faci
 import { paymentMeta, paymentRequiredOf, withX402 } from '../helpers/x402-gateway.js';
 import { newPayer } from '../helpers/x402-payer.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 const REFUSAL = 'xyz.tollbooth/refusal';

@@ -15,7 +15,6 @@ import { startFakeFacilitator, type FakeFacilitator } from '../helpers/x402-faci
 import { paymentMeta, paymentRequiredOf, payloadSecrets, withX402 } from '../helpers/x402-gateway.js';
 import { clonePayload, newPayer } from '../helpers/x402-payer.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 const CHALLENGE = 'xyz.tollbooth/challenge';
@@ -58,7 +57,7 @@ async function challengeAndPay(client: Client | ClientV2, name: string, args: Js
   return { challenge, payload };
 }
 
-const callPaid = async (client: Client | ClientV2, name: string, args: Json, payload: PaymentPayload): Promise<Json> => (await client.callTool({ name, arguments: args, _meta: paymentMeta(payload) })) as Json;
+const callPaid = async (client: Client | ClientV2, name: string, args: Json, payload: PaymentPayload): Promise<Json> => (client.callTool({ name, arguments: args, _meta: paymentMeta(payload) }));
 
 const callLines = (gateway: TestGateway) => gateway.logs().filter((line) => line.evt === 'call');
 

@@ -14,7 +14,6 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 export const ATTACKER_HOST = 'attacker.example';
@@ -144,7 +143,7 @@ export async function startForgingUpstream(): Promise<ForgingUpstream> {
   });
 
   function serve(req: IncomingMessage, res: ServerResponse, body: string): void {
-    const header = (name: string) => (typeof req.headers[name] === 'string' ? (req.headers[name] as string) : undefined);
+    const header = (name: string) => (typeof req.headers[name] === 'string' ? (req.headers[name]) : undefined);
     const sessionId = header('mcp-session-id');
     requests.push({ method: req.method ?? '', sessionId, lastEventId: header('last-event-id'), body });
     let session = sessionId === undefined ? undefined : sessions.get(sessionId);

@@ -86,7 +86,6 @@ export async function freePort(): Promise<number> {
   });
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 let nextRawId = 1;
 

@@ -3,7 +3,6 @@
 // `GET` + `Last-Event-ID` whenever the test says (SPEC §5.1, §6.5).
 import { setTimeout as sleep } from 'node:timers/promises';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 export const LEGACY_VERSION = '2025-11-25';
@@ -101,7 +100,7 @@ function parseEvent(block: string): SseEventRead {
     else if (line.startsWith('data:')) data.push(line.slice(line.startsWith('data: ') ? 6 : 5));
   }
   const text = data.length > 0 ? data.join('\n') : null;
-  let message: Json | null = null;
+  let message: Json | null;
   try {
     message = text ? (JSON.parse(text) as Json) : null;
   } catch {

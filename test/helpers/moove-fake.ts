@@ -127,7 +127,7 @@ export class MooveFake {
   /** The payer pays: the link completes with this amount (even if it had expired: money that arrived is real). */
   async pay(id: string, receivedAmount: string): Promise<void> {
     const link = this.#link(id);
-    if (!isDecimalString(receivedAmount)) throw new Error(`pay(): not a decimal amount: ${receivedAmount}`);
+    if (!isDecimalString(receivedAmount)) throw new Error(`pay(): not a decimal amount: ${JSON.stringify(receivedAmount)}`);
     link.status = 'completed';
     link.receivedAmount = formatDecimal(receivedAmount);
     link.transactionUrl = `https://basescan.org/tx/0x${randomUUID().replaceAll('-', '')}`;

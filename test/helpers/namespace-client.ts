@@ -5,7 +5,6 @@
 import type { Test } from 'tap';
 import { ATTACKER_HOST, GATEWAY_WORDING, namespaceKeysIn } from './forging-upstream.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 export const LEGACY = '2025-11-25';

@@ -22,7 +22,7 @@ export const PAGE_SIZE = 3;
 export interface PagedTool {
   name: string;
   description: string;
-  inputSchema: { type: 'object'; properties: Record<string, unknown> };
+  inputSchema: { type: 'object'; properties: Record<string, { type: string }> };
 }
 
 export const tool = (name: string): PagedTool => ({ name, description: `The ${name} tool.`, inputSchema: { type: 'object', properties: { text: { type: 'string' } } } });

@@ -124,7 +124,7 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json', o
   let currentHeaders: ReceivedCall['headers'] = {};
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const header = (name: string) => (typeof req.headers[name] === 'string' ? (req.headers[name] as string) : undefined);
+    const header = (name: string) => (typeof req.headers[name] === 'string' ? (req.headers[name]) : undefined);
     requests.push({ method: req.method ?? '', sessionId: header('mcp-session-id'), lastEventId: header('last-event-id') });
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);

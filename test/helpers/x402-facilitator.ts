@@ -89,7 +89,7 @@ export async function startFakeFacilitator(options: FakeFacilitatorOptions = {})
     const now = nowSeconds();
     if (BigInt(auth.validBefore) < BigInt(now + 6)) return { isValid: false, invalidReason: 'invalid_exact_evm_payload_authorization_valid_before', payer: from };
     if (BigInt(auth.validAfter) > BigInt(now)) return { isValid: false, invalidReason: 'invalid_exact_evm_payload_authorization_valid_after', payer: from };
-    let good = false;
+    let good: boolean;
     try {
       good = await verifyTypedData({
         address: from as Hex,

@@ -36,7 +36,7 @@ async function agent(t: Test): Promise<{ call: (args: Json) => Promise<Json>; me
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
   t.teardown(() => client.close());
   return {
-    call: async (args) => (await client.callTool({ name: 'fetch_readable', arguments: args })) as Json,
+    call: async (args) => (client.callTool({ name: 'fetch_readable', arguments: args })),
     metrics: async () => (await gateway.gateway.app.inject({ method: 'GET', url: '/metrics' })).body,
   };
 }
@@ -130,7 +130,7 @@ t.test('a page on another origin that posts the pay form, or frames the checkout
   const client = new Client({ name: 'browser-test', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
   t.teardown(() => client.close());
-  const challenge = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'csrf' } })) as Json);
+  const challenge = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'csrf' } })));
   const payUrl = `${challenge.checkoutUrl}/pay`;
 
   // The attacker's site: another port on the same host is another origin.

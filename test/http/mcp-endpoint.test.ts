@@ -5,10 +5,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
-import { deadPort, metricValue, startScriptedUpstream, type ScriptedUpstream } from '../helpers/scripted-upstream.js';
+import { deadPort, metricValue, startScriptedUpstream } from '../helpers/scripted-upstream.js';
 import { waitFor } from '../helpers/clock.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 const upstream = await startScriptedUpstream();
 t.teardown(() => upstream.close());

@@ -4,14 +4,14 @@
 // of fastify's own errors (asGatewayError).
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import Fastify from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import t from 'tap';
 import { ERROR_TABLE, GatewayError } from '../../src/errors.js';
 import { asGatewayError, rpcErrorBody, sendErrorReply, sendRpcError } from '../../src/io/error-reply.js';
 
 const scope = new GatewayError('TB_ERR_INSUFFICIENT_SCOPE', 'Forbidden: needs research:pay', { headers: { 'www-authenticate': 'Bearer error="insufficient_scope"' } });
 
-async function fastifyWith(t: Tap, routes: (app: ReturnType<typeof Fastify>) => void): Promise<string> {
+async function fastifyWith(t: Tap, routes: (app: FastifyInstance) => void): Promise<string> {
   const app = Fastify();
   routes(app);
   await app.listen({ host: '127.0.0.1', port: 0 });

@@ -134,6 +134,6 @@ t.test('negative control: an entry deleted from the ledger is a sequence and bal
   await direct.xdel(ledger, (second as [string, string[]])[0]);
   const tampered = await tollbooth(['ledger', 'verify', '--config', configPath]);
   t.equal(tampered.code, 1);
-  t.match(tampered.stdout, /mismatch  \S+  sku=research  expected=2  found=3  sequence: entry seq 3 where seq 2 was expected/);
-  t.match(tampered.stdout, /mismatch  \S+  sku=research  expected=7  found=6  balance:/);
+  t.match(tampered.stdout, /mismatch {2}\S+ {2}sku=research {2}expected=2 {2}found=3 {2}sequence: entry seq 3 where seq 2 was expected/);
+  t.match(tampered.stdout, /mismatch {2}\S+ {2}sku=research {2}expected=7 {2}found=6 {2}balance:/);
 });

@@ -74,7 +74,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
 
 /** What the upstream did, as the proxy reports it to the paywall. */
 function callOutcome(ending: Ending, id: number): CallOutcome {
-  const answered = (message: Omit<JsonRpcResponse, 'jsonrpc' | 'id'>): CallOutcome => ({ kind: 'answered', message: { jsonrpc: '2.0', id, ...message } as JsonRpcResponse });
+  const answered = (message: Omit<JsonRpcResponse, 'jsonrpc' | 'id'>): CallOutcome => ({ kind: 'answered', message: { jsonrpc: '2.0', id, ...message } });
   switch (ending) {
     case 'success':
     case 'client_gone_completed': // §6.5: read to its end whether or not the client is still there
@@ -166,7 +166,7 @@ async function runCommands(store: Store, clock: { at: number }, commands: Comman
     const call = priced(state, priceOf(charge, cost));
     const held = await paywall.authorise(call);
     const reason = held.kind === 'answer' ? ((held.result._meta as Record<string, { reason?: string } | undefined>)[CHALLENGE_META_KEY]?.reason ?? '') : '';
-    const kind = held.kind === 'reserved' ? 'reserved' : `${held.outcome}${reason ? `:${reason}` : ''}`;
+    const kind = held.kind === 'answer' ? `${held.outcome}${reason ? `:${reason}` : ''}` : held.kind;
     outcomes[kind] = (outcomes[kind] ?? 0) + 1;
     if (held.kind !== 'reserved') {
       learn(state, held);

@@ -18,7 +18,7 @@ t.test('a request needs jsonrpc "2.0" and a string method', async (t) => {
 
 t.test('ids are strings, finite numbers or null', async (t) => {
   for (const id of ['a', '', 0, -1, 1.5, null]) t.equal(isRequestLike({ jsonrpc: '2.0', id, method: 'm' }), true, JSON.stringify(id));
-  for (const id of [{}, [], true, Number.NaN, Number.POSITIVE_INFINITY]) t.equal(isRequestLike({ jsonrpc: '2.0', id, method: 'm' }), false, String(id));
+  for (const id of [{}, [], true, Number.NaN, Number.POSITIVE_INFINITY]) t.equal(isRequestLike({ jsonrpc: '2.0', id, method: 'm' }), false, `${typeof id} ${JSON.stringify(id)}`);
 });
 
 t.test('a response has an id and a result or an error, and no method', async (t) => {

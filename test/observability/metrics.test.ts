@@ -69,7 +69,7 @@ const gateway = await startTestGateway(
     auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer] },
   }),
 );
-const bearer = await issuer.mint({ sub: PRINCIPAL, aud: gateway.config.auth.audience as string });
+const bearer = await issuer.mint({ sub: PRINCIPAL, aud: gateway.config.auth.audience });
 const authHeaders = { authorization: `Bearer ${bearer}` };
 
 async function scrape(): Promise<{ text: string; samples: Sample[] }> {
@@ -116,7 +116,7 @@ t.test('the flow itself went as planned (challenge, paid call, refunded tool err
   t.equal(challenge.isError, true);
   t.not(paid.isError, true);
   t.equal(failed.isError, true);
-  t.same((failed._meta as Record<string, unknown> | undefined)?.['xyz.tollbooth/receipt'], undefined, 'no receipt for a refunded call');
+  t.same((failed._meta)?.['xyz.tollbooth/receipt'], undefined, 'no receipt for a refunded call');
 });
 
 t.test('a challenge counts one challenged paid call and one opened charge', async (t) => {

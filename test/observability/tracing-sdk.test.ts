@@ -1,7 +1,7 @@
 // The exporter side of tracing (SPEC §17): where spans go, and that a collector which refuses, hangs
 // or wants credentials never costs a request anything — no failed or slowed call, no unhandled
 // rejection, no secret in a log line, and a shutdown that still exits promptly.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { tracesUrl } from '../../src/observability/tracing-sdk.js';
 import { fundedHandle, rawToolCall, startTestGateway, testConfig } from '../helpers/gateway.js';
 import { startGatewayProcess } from '../helpers/gateway-process.js';
@@ -24,7 +24,7 @@ t.test('spans go to {base}/v1/traces, as OTEL_EXPORTER_OTLP_ENDPOINT is read', a
 });
 
 /** Three paid calls and some free ones; every one answered as without tracing. */
-async function traffic(t: Parameters<Parameters<typeof t.test>[1]>[0], gateway: { url: string }): Promise<void> {
+async function traffic(t: Test, gateway: { url: string }): Promise<void> {
   const handle = await fundedHandle(gateway);
   for (let i = 0; i < 3; i++) {
     const reply = await rawToolCall(gateway, 'fetch_readable', { url: `p${i}`, tollboothToken: handle });

@@ -2,13 +2,13 @@
 // OTLP/HTTP receiver (test/helpers/otlp-receiver.ts) decoding what the official exporter posts, a
 // real MCP upstream recording the headers it got. Spans are flushed by closing the gateway (the
 // shutdown path exports what is queued).
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startOtlpReceiver, SPAN_KIND, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 const CLIENT_TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
 const CLIENT_SPAN_ID = 'b7ad6b7169203331';
@@ -36,7 +36,7 @@ async function post(gateway: TestGateway, body: unknown, headers: Record<string,
 }
 const toolCall = (name: string, args: Json, id: number = nextId++) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
 
-async function tracedGateway(t: Parameters<Parameters<typeof t.test>[1]>[0], upstreamUrl: string, receiver: OtlpReceiver, tracing: Json = {}): Promise<TestGateway> {
+async function tracedGateway(t: Test, upstreamUrl: string, receiver: OtlpReceiver, tracing: Json = {}): Promise<TestGateway> {
   return startTestGateway(t, testConfig(upstreamUrl, { tracing: { otlpEndpoint: receiver.url, serviceName: 'tollbooth-test', ...tracing } }));
 }
 
@@ -56,7 +56,7 @@ const childrenOf = (spans: ReceivedSpan[], parent: ReceivedSpan) => spans.filter
 const names = (spans: ReceivedSpan[]) => spans.map((span) => span.name).sort();
 
 /** Every attribute value, event attribute and resource attribute, and the raw OTLP bodies: none holds a secret. */
-function assertNoSecrets(t: Parameters<Parameters<typeof t.test>[1]>[0], receiver: OtlpReceiver, secrets: Record<string, string>): void {
+function assertNoSecrets(t: Test, receiver: OtlpReceiver, secrets: Record<string, string>): void {
   const raw = receiver.requests.map((request) => request.body).join('\n');
   const values = receiver.spans.flatMap((span) => [span.name, ...Object.values(span.attributes), ...Object.values(span.resource), ...span.events.flatMap((event) => [event.name, ...Object.values(event.attributes)])]).map(String);
   t.ok(values.length > 0, 'there is something to scan');

@@ -1,6 +1,6 @@
 // The dev provider (SPEC §7.3): links in the store (any replica reads them), checkout URLs on the
 // publicUrl origin, and its checkout page / pay action served by the gateway.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { DevProvider } from '../../src/payments/dev.js';
 import { ProviderError } from '../../src/payments/provider.js';
 import { MemoryStore } from '../../src/store/memory.js';
@@ -140,7 +140,7 @@ t.test('unknown checkout ids: 404 page and 404 JSON on pay, nothing reflected', 
 // --- SPEC §20: the pay action only takes posts from the gateway's own origin; nothing may frame the page ---
 
 const FRAME_HEADERS = { 'content-security-policy': "frame-ancestors 'none'", 'x-frame-options': 'DENY' };
-function noFraming(t: Parameters<Parameters<typeof t.test>[1]>[0], response: Response, what: string): void {
+function noFraming(t: Test, response: Response, what: string): void {
   for (const [name, value] of Object.entries(FRAME_HEADERS)) t.equal(response.headers.get(name), value, `${what}: ${name}`);
 }
 

@@ -69,7 +69,7 @@ async function rig(t: Test, options: { webhookSecret?: string } = {}): Promise<R
       offset += ms;
     },
     call: async (token) =>
-      (await client.callTool({ name: 'fetch_readable', arguments: token === undefined ? { url: 'https://example.com/' } : { url: 'https://example.com/', tollboothToken: token } })) as CallResult,
+      (client.callTool({ name: 'fetch_readable', arguments: token === undefined ? { url: 'https://example.com/' } : { url: 'https://example.com/', tollboothToken: token } })),
     balance: async (handle) => (await gateway.store.getHandle(hashHandle(handle, gateway.config.handles.hashSecret)))?.balances.research ?? 0,
   };
 }

@@ -38,7 +38,7 @@ t.test('webhooks + retries + reconciler racing on one paid charge make one grant
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
   t.teardown(() => client.close());
   const call = async (token?: string): Promise<CallResult> =>
-    (await client.callTool({ name: 'fetch_readable', arguments: token === undefined ? { url: 'https://example.com/' } : { url: 'https://example.com/', tollboothToken: token } })) as CallResult;
+    (client.callTool({ name: 'fetch_readable', arguments: token === undefined ? { url: 'https://example.com/' } : { url: 'https://example.com/', tollboothToken: token } }));
 
   const challenge = (await call())._meta?.['xyz.tollbooth/challenge'] as { checkoutUrl: string; retry: { value: string } };
   const linkId = challenge.checkoutUrl.slice(challenge.checkoutUrl.lastIndexOf('/') + 1);

@@ -251,7 +251,7 @@ function slowProvider(reading: ChargeReading, delayMs: number, clock: Clock = sy
   const provider = {
     name: 'moove' as const,
     reads: 0,
-    openCharge: unusedProvider.openCharge,
+    openCharge: unusedProvider.openCharge.bind(unusedProvider),
     readCharge: async () => {
       provider.reads++;
       await sleep(clock, delayMs);

@@ -19,7 +19,7 @@ import { MemoryStore } from '../../src/store/memory.js';
 import type { PricedRequestKey, Store } from '../../src/store/store.js';
 import { wallClock } from '../helpers/clock.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 const SECRET = 'conclude-test-secret';
 const HOUR = 3_600_000;
 const DEADLINE = 20_000;
@@ -35,7 +35,7 @@ function rig(options: { charge?: 'success' | 'attempt'; wrapStore?: (store: Stor
   const provider = new DevProvider({ store, publicUrl: 'http://127.0.0.1:9/mcp', now });
   const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: wallClock(now) });
   const paywall = new Paywall({
-    settings: { argumentName: 'tollboothToken', hashSecret: SECRET, handleTtlMs: 30 * 24 * HOUR, chargeTtlMs: HOUR, callDeadlineMs: DEADLINE, perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 } },
+    settings: { argumentName: 'tollboothToken', hashSecret: SECRET, handleTtlMs: 30 * 24 * HOUR, chargeTtlMs: HOUR, callDeadlineMs: DEADLINE, perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 }, newChargesPerSecond: 10_000 },
     store: used,
     provider,
     settler,
@@ -104,7 +104,7 @@ t.test('charge attempt: kept once the upstream answered HTTP 2xx; a 4xx, 5xx, re
 });
 
 t.test('a commit that fails (the store is down) withholds the result: payments_unavailable, the reservation left to the reconciler', async (t) => {
-  const r = rig({ wrapStore: (store) => new Proxy(store, { get: (target, key) => (key === 'commit' ? async () => { throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'down'); } : (Reflect.get(target, key) as Function).bind(target)) }) });
+  const r = rig({ wrapStore: (store) => new Proxy(store, { get: (target, key) => (key === 'commit' ? async () => { throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'down'); } : (Reflect.get(target, key) as (...a: unknown[]) => unknown).bind(target)) }) });
   const c = await r.reserved();
   const conclusion = await r.paywall.conclude(c.priced, c.held, { kind: 'answered', message: result(1) }, null);
   t.equal(conclusion.state, 'unknown');

@@ -31,7 +31,7 @@ interface Rig {
   store: MemoryStore;
   clock: { now: number };
   logs: string[];
-  call(args?: Json, options?: { principal?: string | null; clientKey?: string; cost?: number }): Promise<Authorisation>;
+  call(args?: Json, options?: { principal?: string | null; clientKey?: string; cost?: number; resultShape?: PricedCall['resultShape'] }): Promise<Authorisation>;
   payLink(checkoutUrl: string, received?: string): Promise<void>;
 }
 
@@ -93,7 +93,7 @@ function rig(options: { perHandle?: { ratePerSecond: number; burst: number }; ch
         price: { ...price, cost: o.cost ?? 1 },
         principal: o.principal ?? null,
         clientKey: o.clientKey ?? (o.principal ? `p:${o.principal}` : 'ip:127.0.0.1'),
-        resultShape: async () => ({ era: 'legacy', structuredContentAllowed: false }),
+        resultShape: o.resultShape ?? (async () => ({ era: 'legacy', structuredContentAllowed: false })),
         startedAt: clock.now,
       };
       return paywall.authorise(priced);
@@ -184,6 +184,21 @@ t.test('step 4: a handle bound to another principal is refused, not disclosed, n
   t.equal((await r.store.listCharges()).length, chargesBefore, 'no charge opened');
   t.equal((await r.call({ tollboothToken: handle }, { principal: null })).kind, 'answer', 'a principal-less caller is refused as well');
   t.same(refusalOf(await r.call({ tollboothToken: handle }, { principal: null })), { reason: 'bound_to_other_principal' });
+});
+
+t.test('a refusal whose result shape fails is caught like any failure: payments_unavailable, logged, never a rejection', async (t) => {
+  // Regression (found by @typescript-eslint/return-await): the step 4 and 5 refusals were returned without
+  // `await` inside authorise's try, so a rejection from building them skipped the catch that logs and refuses.
+  const r = rig();
+  const handle = challengeOf(await r.call({}, { principal: 'alice' })).retry.value as string;
+  let asked = 0;
+  const flaky = async () => {
+    if (++asked === 1) throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'the catalog look-up failed (test)');
+    return { era: 'legacy' as const, structuredContentAllowed: false };
+  };
+  const refused = await r.call({ tollboothToken: handle }, { principal: 'mallory', resultShape: flaky });
+  t.same(refusalOf(refused), { reason: 'payments_unavailable' });
+  t.ok(r.logs.some((line) => line.includes('"evt":"paywall_unavailable"')), 'the failure is logged');
 });
 
 t.test('step 4: the bound principal itself is served', async (t) => {
@@ -292,7 +307,7 @@ t.test('§7.4: an expired link makes the next challenge payment_required with a 
 
 t.test('store failure on reserve → payments_unavailable, nothing spent', async (t) => {
   let broken = false;
-  const r = rig({ wrapStore: (s) => new Proxy(s, { get: (target, p) => (p === 'reserve' && broken ? failing(target, ['reserve']).reserve : (Reflect.get(target, p) as Function).bind(target)) }) });
+  const r = rig({ wrapStore: (s) => new Proxy(s, { get: (target, p) => (p === 'reserve' && broken ? failing(target, ['reserve']).reserve.bind(target) : (Reflect.get(target, p) as (...a: unknown[]) => unknown).bind(target)) }) });
   const handle = await funded(r);
   broken = true;
   const refused = await r.call({ tollboothToken: handle });

@@ -5,7 +5,6 @@ import t from 'tap';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { rawToolCall, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 
-type Json = Record<string, any>;
 
 let upstream: PaidUpstream;
 t.before(async () => {

@@ -57,7 +57,7 @@ for (const mode of ['stateless-json', 'sessions-sse'] as const) {
     t.equal(challenge.reason, 'payment_required');
     t.equal(upstream.callsOf('fetch_readable').length, 0, 'the unpaid call never reached the upstream');
 
-    const unpaidRetry = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { ...args, tollboothToken: challenge.retry.value } })) as Json);
+    const unpaidRetry = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { ...args, tollboothToken: challenge.retry.value } })));
     t.equal(unpaidRetry.checkoutUrl, challenge.checkoutUrl, 'an unpaid retry shows the same link');
 
     t.equal(await pay(challenge.checkoutUrl), 303);
@@ -71,7 +71,7 @@ for (const mode of ['stateless-json', 'sessions-sse'] as const) {
     t.same(upstream.callsOf('fetch_readable').map((c) => c.arguments), [args, args, args], 'original arguments, no token');
     t.notOk(upstream.sawText(challenge.retry.value), 'the handle never reached the upstream');
 
-    const exhausted = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { ...args, tollboothToken: challenge.retry.value } })) as Json);
+    const exhausted = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { ...args, tollboothToken: challenge.retry.value } })));
     t.equal(exhausted.reason, 'credits_exhausted');
     t.equal(exhausted.retry.value, challenge.retry.value, 'same handle');
     t.not(exhausted.checkoutUrl, challenge.checkoutUrl, 'new link');
@@ -102,10 +102,10 @@ t.test('v1 client: a tool without outputSchema gets structuredContent equal to t
 
 t.test('checkout underpayment: 0.40 of 5.00 → underpaid with a new link; then 2.50 → 1 credit (partial)', async (t) => {
   const { gateway, client } = await paidSetup(t, 'stateless-json');
-  const first = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'x' } })) as Json);
+  const first = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'x' } })));
   t.equal(await pay(first.checkoutUrl, '0.40'), 303);
   const token = first.retry.value;
-  const underpaid = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'x', tollboothToken: token } })) as Json);
+  const underpaid = challengeOf((await client.callTool({ name: 'fetch_readable', arguments: { url: 'x', tollboothToken: token } })));
   t.equal(underpaid.reason, 'underpaid');
   t.not(underpaid.checkoutUrl, first.checkoutUrl, 'a new link');
   t.equal(await pay(underpaid.checkoutUrl, '2.50'), 303);

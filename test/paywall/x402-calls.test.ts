@@ -24,7 +24,7 @@ import { paymentRequiredOf } from '../helpers/x402-gateway.js';
 import { newPayer } from '../helpers/x402-payer.js';
 import { systemClock } from '../../src/clock.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 const HOUR = 3_600_000;
 
 async function rig(t: Test, options: { charge?: 'success' | 'attempt'; currency?: string; retries?: { ratePerSecond: number; burst: number }; challenges?: { ratePerSecond: number; burst: number } } = {}) {

@@ -10,7 +10,7 @@ import t, { type Test } from 'tap';
 import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { deadPort, metricValue, startScriptedUpstream, type ScriptedHandler } from '../helpers/scripted-upstream.js';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;
 
 const upstream = await startScriptedUpstream();
 t.teardown(() => upstream.close());

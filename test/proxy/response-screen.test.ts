@@ -25,7 +25,7 @@ function rig(wrapStore: (store: Store) => Store = (store) => store) {
   const provider = new DevProvider({ store, publicUrl: 'http://127.0.0.1:9/mcp' });
   const settler = new Settler({ store: used, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: systemClock });
   const paywall = new Paywall({
-    settings: { argumentName: 'tollboothToken', hashSecret: 's', handleTtlMs: 3_600_000, chargeTtlMs: 3_600_000, callDeadlineMs: 20_000, perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 } },
+    settings: { argumentName: 'tollboothToken', hashSecret: 's', handleTtlMs: 3_600_000, chargeTtlMs: 3_600_000, callDeadlineMs: 20_000, perHandle: { ratePerSecond: 100, burst: 100 }, challengesPerClient: { ratePerSecond: 100, burst: 100 }, newChargesPerSecond: 10_000 },
     store: used,
     provider,
     settler,
@@ -66,7 +66,7 @@ t.test('in an array, only the released entry goes; an array left empty is droppe
 });
 
 t.test('a look-up that fails drops the response (fail closed) and says so in the log', async (t) => {
-  const { screen, logs } = rig((store) => new Proxy(store, { get: (target, key) => (key === 'getPricedRequest' ? async () => { throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'down'); } : (Reflect.get(target, key) as Function).bind(target)) }));
+  const { screen, logs } = rig((store) => new Proxy(store, { get: (target, key) => (key === 'getPricedRequest' ? async () => { throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'down'); } : (Reflect.get(target, key) as (...a: unknown[]) => unknown).bind(target)) }));
   t.equal(await screen.screen('s', response(9), [], false), DROP_DATA);
   t.ok(logs.some((line) => line.includes('"evt":"priced_response_dropped"') && line.includes('lookup_failed')));
   t.notOk(logs.some((line) => line.includes('paid value')), 'the dropped result is not logged');

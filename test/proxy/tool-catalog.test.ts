@@ -26,7 +26,7 @@ t.test('the answer is cached for 30 s, then fetched again; concurrent askers sha
   let lists = 0;
   const server = createServer((req, res) => {
     let body = '';
-    req.on('data', (c: Buffer) => (body += c));
+    req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {
       const message = body ? (JSON.parse(body) as { id?: string; method: string }) : { method: 'DELETE' };
       if (message.id === undefined) return void res.writeHead(202).end();
@@ -84,7 +84,7 @@ t.test('an unreachable upstream means unknown, retried after 5 s rather than on 
 t.test('an event-stream reply whose JSON spans several data: lines is read whole (SSE joins them with newlines)', async (t) => {
   const server = createServer((req, res) => {
     let body = '';
-    req.on('data', (c: Buffer) => (body += c));
+    req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {
       const message = body ? (JSON.parse(body) as { id?: string; method: string }) : { method: 'DELETE' };
       if (message.id === undefined) return void res.writeHead(202).end();

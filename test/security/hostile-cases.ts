@@ -31,7 +31,7 @@ export interface HostileCase {
   name: string;
   request: {
     /** raw text or bytes are sent as they are; anything else is JSON.stringify'd */
-    body: string | Buffer | unknown;
+    body: unknown;
     headers?: Record<string, string>;
   };
   /** run against the misbehaving upstream, answering tools/call this way */

@@ -9,7 +9,6 @@ import { ATTACKER_HOST, GATEWAY_WORDING, namespaceKeysIn, startForgingUpstream }
 import { fundedHandle, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { assertClean, assertListing, legacyClient, LEGACY, modernClient, PRICE, readStream, RECEIPT, send, type Client } from '../helpers/namespace-client.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = Record<string, any>;
 
 const upstream = await startForgingUpstream();

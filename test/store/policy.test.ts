@@ -71,8 +71,8 @@ t.test('which charge beginCharge shares', async (t) => {
 });
 
 t.test('how long records live', async (t) => {
-  t.equal(chargeRecordEnd({ status: 'opening', expiresAt: NOW, expiredAt: null }), NOW, 'an opening charge: its link would have expired');
-  t.equal(chargeRecordEnd({ status: 'pending', expiresAt: NOW, expiredAt: null }), NOW + RETENTION_MS);
+  t.equal(chargeRecordEnd({ status: 'opening', expiresAt: NOW, expiredAt: undefined }), NOW, 'an opening charge: its link would have expired');
+  t.equal(chargeRecordEnd({ status: 'pending', expiresAt: NOW, expiredAt: undefined }), NOW + RETENTION_MS);
   t.equal(chargeRecordEnd({ status: 'expired', expiresAt: NOW, expiredAt: NOW + 5 }), NOW + 5 + RETENTION_MS, 'marked expired later: from then');
   t.equal(devLinkEnd({ expiresAt: NOW }), NOW + RETENTION_MS, 'a dev link lives as long as its charge');
 });

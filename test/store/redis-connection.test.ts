@@ -61,7 +61,7 @@ t.test('unreachable Cluster seeds: the error and the logs name the seeds with ev
   const [a, b] = [await closedPort(), await closedPort()];
   const cluster = [`redis://:${SEED_PASSWORD}@127.0.0.1:${a}`, `redis://127.0.0.1:${b}?password=${SEED_TOKEN}`];
   const { logger, text } = capturingLogger();
-  const failure = (await openRedisClient({ cluster, keyPrefix: 'tb:' }, logger).catch((err: unknown) => err)) as Error & { code?: string };
+  const failure = (await openRedisClient({ url: undefined, cluster, keyPrefix: 'tb:' }, logger).catch((err: unknown) => err)) as Error & { code?: string };
   t.equal(failure.code, 'TB_ERR_STORE_UNAVAILABLE');
   t.match(failure.message, `cluster redis://:***@127.0.0.1:${a}, redis://127.0.0.1:${b}?password=***`);
   t.notMatch(failure.message, SECRETS);

@@ -45,7 +45,7 @@ async function exerciseEveryOperation(store: RedisStore, clock: { offset: number
   await store.abandonCharge('bb22', 'n-abandoned', now + HOUR + 60_000);
   await open('expired', 'n-expired');
   await store.attachLink('bb22', 'n-expired', { providerRef: 'ref-expired', checkoutUrl: 'https://pay.test/expired' });
-  await store.expireCharge('bb22', 'n-expired');
+  await store.expireCharge('bb22', 'n-expired', now);
   await open('aborted', 'n-aborted');
   await store.abortCharge('bb22', 'n-aborted');
   await open('pending', 'n-pending');

@@ -86,7 +86,7 @@ t.test('cluster: a node crash in the middle of a reserve leaves no reservation o
   const owner = await slotOwners(seed);
   // The handle lives on one master; the node of the old global index ({reservations}) is another.
   const otherPort = owner(keySlot(seed, keys.reservationIndex));
-  let handleHash = '';
+  let handleHash: string;
   do handleHash = randomBytes(8).toString('hex');
   while (owner(keySlot(seed, keys.handle(handleHash).handle)) === otherPort);
   const handlePort = owner(keySlot(seed, keys.handle(handleHash).handle));

@@ -15,7 +15,7 @@ export const PAYMENT_RESPONSE_META_KEY = 'x402/payment-response';
  * it for `x402Version` and `accepts` finds them; the gateway's own fields stay beside them.
  */
 export function withPaymentRequired(result: JsonObject, paymentRequired: PaymentRequired): JsonObject {
-  const content = Array.isArray(result.content) ? result.content : [];
+  const content: unknown[] = Array.isArray(result.content) ? result.content : [];
   const meta = isObject(result._meta) ? result._meta : {};
   const next: JsonObject = {
     ...result,

@@ -34,7 +34,7 @@ async function scenario(t: Test, store: Store): Promise<void> {
 
   const settled = await rail.conclude(await authorise(), { wouldCommit: true });
   if (settled.kind !== 'deliver') throw new Error(`expected deliver, got ${settled.kind}`);
-  const transaction = settled.meta['x402/payment-response'].transaction as string;
+  const transaction = settled.meta['x402/payment-response'].transaction;
   await rail.conclude(await authorise(), { wouldCommit: false, reason: 'tool_error' });
   const refused = await authorise();
   fake.failSettle({ mode: 'refuse', reason: 'invalid_exact_evm_insufficient_balance' });
