@@ -137,8 +137,9 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
       proxyPayloads: false, // bodies are parsed by the gateway's own parser (server.ts) and replaced by the policy
       // Traced: the policy runs in the request span's context, so its store and provider calls are the span's children.
       // Fastify awaits an async preHandler (a rejection becomes the route's error); @fastify/http-proxy's
-      // types say it returns void. A callback-style wrapper that calls `done` broke Last-Event-ID replays
-      // on GET streams (test/e2e/visibility.test.ts), so the async function stays.
+      // types say it returns void. (A callback-style rewrite seemed to break Last-Event-ID replays in
+      // test/e2e/visibility.test.ts; that failure was the test upstream's event store replaying out of
+      // order, since fixed in test/helpers/ordered-event-store.ts. The async form stays: fastify's own.)
       // eslint-disable-next-line @typescript-eslint/no-misused-promises -- see above: the plugin's type is narrower than fastify's
       preHandler: (request: FastifyRequest, reply: FastifyReply) => (request.mcpCall.trace ? request.mcpCall.trace.within(() => applyMcpPolicy(policyDeps, request, reply)) : applyMcpPolicy(policyDeps, request, reply)),
       undici: new CallDispatcher(deps.target.dispatcher, deps.now) as never,

@@ -1,6 +1,6 @@
 // SPEC §6.5, issue 12's main hole: no priced result reaches a client unless its credit was committed,
 // on any path — with an upstream that supports stream resumption (SDK v1 StreamableHTTPServerTransport
-// + InMemoryEventStore), a legacy client can hang up after the first event and GET the stream again
+// + an event store), a legacy client can hang up after the first event and GET the stream again
 // with Last-Event-ID. A call read to its end is charged and its result is delivered on resume; a call
 // released at the deadline never delivers its late result; an upstream that closes POST streams on
 // purpose (2025-11-25 polling) still charges an honest client once and delivers.

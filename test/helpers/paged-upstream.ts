@@ -12,7 +12,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createMcpHandler, Server as V2Server } from '@modelcontextprotocol/server';
 import { Server as V1Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
+import { OrderedEventStore } from './ordered-event-store.js';
 import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { listenRecording, type ReceivedCall, type RecordingUpstream } from './paid-upstream.js';
 
@@ -123,7 +123,7 @@ export async function startPagedUpstream(mode: PagedMode, tools: readonly PagedT
       }
       const created = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        eventStore: new InMemoryEventStore(),
+        eventStore: new OrderedEventStore(),
         retryInterval: 100,
         onsessioninitialized: (id) => void sessions.set(id, created),
       });

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
+import { OrderedEventStore } from './ordered-event-store.js';
 import { z } from 'zod';
 
 export interface ReceivedCall {
@@ -37,7 +37,7 @@ export interface PaidUpstream extends RecordingUpstream {
 /**
  * - `stateless-json`: a fresh transport per request, JSON replies, no sessions;
  * - `sessions-sse`: sessions, SSE replies;
- * - `sessions-resumable`: sessions, SSE replies and an event store (the SDK's `InMemoryEventStore`):
+ * - `sessions-resumable`: sessions, SSE replies and an event store (`OrderedEventStore`: the SDK example's, replayed in storage order):
  *   every event carries an id, a priming event opens each POST stream (2025-11-25 clients), and a
  *   GET with `Last-Event-ID` replays a stream, re-mapping its request to the GET connection.
  */
@@ -161,7 +161,7 @@ export async function startPaidUpstream(mode: UpstreamMode = 'stateless-json', o
       }
       const created = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        ...(mode === 'sessions-resumable' ? { eventStore: new InMemoryEventStore(), retryInterval: options.retryMs ?? 100 } : {}),
+        ...(mode === 'sessions-resumable' ? { eventStore: new OrderedEventStore(), retryInterval: options.retryMs ?? 100 } : {}),
         onsessioninitialized: (id) => {
           sessions.set(id, created);
         },
