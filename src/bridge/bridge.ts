@@ -18,7 +18,7 @@ import { Multiplexer } from './multiplexer.js';
 import { BRIDGE_ERROR, isModernRequest, oversizedClientState } from './protocol.js';
 import { SharedSession } from './shared-session.js';
 import { StdioSupervisor } from './supervisor.js';
-import { monotonic } from './clock.js';
+import { systemClock } from '../clock.js';
 
 /** How long a readiness answer from a probe spawn stays good (no child running meanwhile). */
 const PROBE_TTL_MS = 30_000;
@@ -98,7 +98,7 @@ export class Bridge {
     if (this.#shared) return { ok: this.#shared.supervisor.ready, detail: this.#shared.supervisor.detail };
     const live = [...this.#direct].filter((session) => session.alive).length + (this.#pool?.liveChildren ?? 0);
     if (live > 0) return { ok: true, detail: `${live} stdio ${live === 1 ? 'child' : 'children'} running` };
-    if (this.#lastProbe && monotonic() - this.#lastProbe.at < PROBE_TTL_MS) return this.#lastProbe.result;
+    if (this.#lastProbe && systemClock.monotonic() - this.#lastProbe.at < PROBE_TTL_MS) return this.#lastProbe.result;
     return this.#probeSpawn();
   }
 
@@ -263,7 +263,7 @@ export class Bridge {
   }
 
   #reap(): void {
-    const now = monotonic();
+    const now = systemClock.monotonic();
     const idleMs = this.#settings.idleTimeoutMs;
     for (const session of [...this.#sessions.values()]) if (session.idleFor(now) >= idleMs) void session.end('idle');
     this.#pool?.reap(now, idleMs);
@@ -279,7 +279,7 @@ export class Bridge {
       } catch (error) {
         result = { ok: false, detail: (error as Error).message };
       }
-      this.#lastProbe = { at: monotonic(), result };
+      this.#lastProbe = { at: systemClock.monotonic(), result };
       this.#probing = undefined;
       return result;
     })();

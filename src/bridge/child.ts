@@ -7,7 +7,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import type { Logger } from '../observability/logger.js';
 import { LineSplitter } from './line-splitter.js';
 import { StderrLog } from './stderr-log.js';
-import { monotonic } from './clock.js';
+import { systemClock } from '../clock.js';
 
 const KILL_GRACE_MS = 2_000;
 const GARBAGE_SAMPLE = 200;
@@ -47,7 +47,7 @@ export function describeExit(exit: ChildExit, maxLineBytes: number): string {
 }
 
 export class StdioChild {
-  readonly startedAt = monotonic();
+  readonly startedAt = systemClock.monotonic();
   readonly exited: Promise<ChildExit>;
   readonly #process: ChildProcessWithoutNullStreams;
   readonly #options: ChildOptions;

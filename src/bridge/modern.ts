@@ -14,7 +14,7 @@ import { sendRpcError } from '../io/error-reply.js';
 import { acceptsEventStream, sendJson } from './http.js';
 import { ModernReply } from './modern-reply.js';
 import { Multiplexer } from './multiplexer.js';
-import { monotonic } from './clock.js';
+import { systemClock } from '../clock.js';
 import {
   BRIDGE_ERROR, MODERN_VERSION, canonicalJson, discoverResult, modernClientCapabilities, modernClientInfo, modernVersionOf, oversizedClientState,
   type ChildIdentity,
@@ -120,7 +120,7 @@ export class ModernPool {
     if (!this.#options.acquireSlot() && !(this.evictIdle() && this.#options.acquireSlot())) {
       return Promise.resolve({ refused: 'the bridge is running its maximum number of stdio children (maxChildren); try again later', reason: BRIDGE_ERROR.atCapacity.reason });
     }
-    const entry: PoolEntry = { key, mux: undefined as unknown as Multiplexer, child: undefined, identity: undefined, starting: undefined as never, lastUsedAt: monotonic() };
+    const entry: PoolEntry = { key, mux: undefined as unknown as Multiplexer, child: undefined, identity: undefined, starting: undefined as never, lastUsedAt: systemClock.monotonic() };
     entry.mux = new Multiplexer({ write: (message) => entry.child?.write(message) ?? 'gone', get identity() { return entry.identity; } }, this.#options.logger);
     this.#entries.set(key, entry); // before #start: a spawn that fails at once must find it to free the slot
     entry.starting = this.#start(entry, capabilities, clientInfo);
@@ -169,7 +169,7 @@ export class ModernPool {
       entry.child = started.child;
       entry.identity = started.identity;
       if (!started.child.alive) this.#forget(entry);
-      return { mux: entry.mux, identity: started.identity, touch: () => (entry.lastUsedAt = monotonic()) };
+      return { mux: entry.mux, identity: started.identity, touch: () => (entry.lastUsedAt = systemClock.monotonic()) };
     } catch (error) {
       this.#forget(entry);
       this.#options.logger.warn({ evt: 'bridge_child_init_failed', err: (error as Error).message }, '2026-07-28 stdio child did not initialise');

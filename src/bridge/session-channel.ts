@@ -14,7 +14,7 @@ import type { JSONRPCMessage, RequestId } from '@modelcontextprotocol/sdk/types.
 import type { Logger } from '../observability/logger.js';
 import { BoundedEventStore, knownSizes, type EventBufferLimits } from './event-store.js';
 import { pipeResponse, toWebRequest, type Flow } from './http.js';
-import { monotonic } from './clock.js';
+import { systemClock } from '../clock.js';
 
 /** The SDK transport's name for the GET stream (event ids of that stream start with it). */
 const STANDALONE_STREAM_ID = '_GET_stream';
@@ -55,7 +55,7 @@ export class SessionChannel {
   #heldBytes = 0;
   #congested = 0;
   #closed = false;
-  lastActivityAt = monotonic();
+  lastActivityAt = systemClock.monotonic();
 
   constructor(options: ChannelOptions) {
     this.#options = options;
@@ -93,7 +93,7 @@ export class SessionChannel {
 
   /** Serves one HTTP request of this session (the body, when there is one, already parsed). */
   async handle(req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void> {
-    this.lastActivityAt = monotonic();
+    this.lastActivityAt = systemClock.monotonic();
     this.#openResponses += 1;
     const requestKeys = requestKeysOf(parsedBody);
     for (const key of requestKeys) this.#streamingRequests.set(key, (this.#streamingRequests.get(key) ?? 0) + 1);
@@ -122,7 +122,7 @@ export class SessionChannel {
         if (count > 0) this.#streamingRequests.set(key, count);
         else this.#streamingRequests.delete(key);
       }
-      this.lastActivityAt = monotonic();
+      this.lastActivityAt = systemClock.monotonic();
     }
   }
 

@@ -5,7 +5,7 @@ import { describeExit, type ChildExit, type ChildOptions, type StdioChild } from
 import { startInitialisedChild } from './handshake.js';
 import type { ChildIdentity } from './protocol.js';
 import type { ChildPort } from './multiplexer.js';
-import { monotonic } from './clock.js';
+import { systemClock } from '../clock.js';
 
 /** A request arriving while the child restarts waits this long for it before it is refused. */
 const READY_WAIT_MS = 5_000;
@@ -94,7 +94,7 @@ export class StdioSupervisor implements ChildPort {
   }
 
   async #launch(): Promise<void> {
-    const startedAt = monotonic();
+    const startedAt = systemClock.monotonic();
     let current: StdioChild | undefined;
     try {
       const { child, identity } = await startInitialisedChild(
@@ -136,7 +136,7 @@ export class StdioSupervisor implements ChildPort {
 
   #scheduleRestart(startedAt: number): void {
     if (this.#closing) return;
-    if (monotonic() - startedAt >= GOOD_LIFE_MS) this.#nextBackoffMs = this.#options.restartBackoff.initialMs;
+    if (systemClock.monotonic() - startedAt >= GOOD_LIFE_MS) this.#nextBackoffMs = this.#options.restartBackoff.initialMs;
     const delay = this.#nextBackoffMs;
     this.#nextBackoffMs = Math.min(delay * 2, this.#options.restartBackoff.maxMs);
     this.#options.logger.info({ evt: 'bridge_child_restart', inMs: delay }, 'restarting the shared stdio child');

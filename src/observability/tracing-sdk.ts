@@ -27,6 +27,7 @@ import {
   ATTR_SERVICE_NAME,
   ATTR_SERVICE_VERSION,
 } from '@opentelemetry/semantic-conventions';
+import { systemClock } from '../clock.js';
 import type { TracingConfig } from '../config/schema.js';
 import type { Logger } from './logger.js';
 import type { PaidOutcome } from './metrics.js';
@@ -319,7 +320,7 @@ function reportExportFailures(logger: Logger): void {
   // Process-wide (the SDK has one global error handler), so it reads the process's monotonic clock, not a gateway's.
   let lastLoggedAt = Number.NEGATIVE_INFINITY;
   setGlobalErrorHandler((error) => {
-    const now = performance.now();
+    const now = systemClock.monotonic();
     if (now - lastLoggedAt < EXPORT_FAILURE_LOG_INTERVAL_MS) return;
     lastLoggedAt = now;
     const code = (error as { code?: unknown } | null)?.code;

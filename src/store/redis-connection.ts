@@ -2,6 +2,7 @@
 // behaviour SPEC §8 asks for — no offline queue, a 500 ms command timeout, reconnect with backoff,
 // never resend a command whose reply was lost — and a clear error when Redis is unusable at start.
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { systemClock } from '../clock.js';
 import { maskUrlSecrets } from '../config/mask.js';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
@@ -19,7 +20,7 @@ const ERROR_LOG_INTERVAL_MS = 10_000;
  * Connects and answers a PING, or throws TB_ERR_STORE_UNAVAILABLE naming the target (its secrets masked, SPEC §10).
  * `monotonic`: the clock the error-log throttle measures its interval on.
  */
-export async function openRedisClient(redis: RedisConfig, logger: Logger, monotonic: () => number = () => performance.now()): Promise<RedisClient> {
+export async function openRedisClient(redis: RedisConfig, logger: Logger, monotonic: () => number = systemClock.monotonic): Promise<RedisClient> {
   const target = redis.url !== undefined ? maskUrlSecrets(redis.url) : `cluster ${(redis.cluster ?? []).map(maskUrlSecrets).join(', ')}`;
   const client = redis.url !== undefined ? new Redis(standaloneOptions(redis.url)) : new Cluster(clusterNodes(redis.cluster ?? []), clusterOptions(redis.cluster ?? []));
   watchConnection(client, logger, target, monotonic);
