@@ -8,6 +8,7 @@ import type { Test } from 'tap';
 import { fetch as undiciFetch, request, type Dispatcher } from 'undici';
 import { startBridge, type BridgeOptions, type RunningBridge } from '../../src/bridge/index.js';
 import { createLogger, type Logger } from '../../src/observability/logger.js';
+import { waitFor as waitForCondition } from '../helpers/clock.js';
 import { childEnv } from '../helpers/interop-upstreams.js';
 
 export type Json = Record<string, any>;
@@ -126,13 +127,8 @@ export function processAlive(pid: number | undefined): boolean {
   }
 }
 
-export async function waitFor(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
+/** The suite's `waitFor` (helpers/clock.ts) with the bridge tests' longer bound: they wait on real children. */
+export const waitFor = (condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> => waitForCondition(condition, what, { timeoutMs, everyMs: 25 });
 
 /** A full garbage collection, also without --expose-gc (the flag can be set at run time). */
 export function collectGarbage(): void {

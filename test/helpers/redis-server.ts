@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { waitFor } from './clock.js';
 
 export interface RedisServer {
   url: string;
@@ -76,7 +76,7 @@ export async function startRedisCluster(options: StartRedisOptions = {}): Promis
   // Every node must also agree that all 16384 slots are served before the first command is routed.
   await waitFor(async () => ports.every((p) => /cluster_slots_ok:16384/.test(cli(p, 'cluster', 'info'))), 'all slots ok');
   const healthy = (timeoutMs = 15_000): Promise<void> =>
-    waitFor(async () => ports.every((p) => /cluster_state:ok/.test(cli(p, 'cluster', 'info'))), 'cluster_state:ok on every node', timeoutMs);
+    waitFor(async () => ports.every((p) => /cluster_state:ok/.test(cli(p, 'cluster', 'info'))), 'cluster_state:ok on every node', { timeoutMs });
   return {
     seeds: ports.map((p) => `redis://127.0.0.1:${p}`),
     ports,
@@ -167,14 +167,6 @@ async function terminate(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-async function waitFor(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await sleep(50);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 /** A free port (and, for cluster nodes, its bus port + 10000), away from 6379. */
 async function freePort(withBus: boolean): Promise<number> {
