@@ -1,0 +1,99 @@
+// An open-loop load at a fixed rate, evenly spaced: request i is due at start + i / rate, whatever the
+// answers before it did. The fixed-rate and soak runs use it instead of autocannon's `overallRate`,
+// which is a per-second quota: every connection sends its share as fast as it can at the top of each
+// second and then waits for the next, so its "latency at half load" was the latency of a burst at full
+// load (about connections × the server's time per request) and told little about one call's latency.
+//
+// Latency is measured from when a request was due, not from when it left, so a stalled server is not
+// hidden by the generator waiting for it (coordinated omission). A request due while every connection
+// is busy waits for one; that wait counts too.
+import { Pool } from 'undici';
+
+export interface PacedOptions {
+  rate: number;
+  durationS: number;
+  /** Keep-alive connections the requests are spread over (at most this many in flight). */
+  connections: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export interface PacedResult {
+  /** Requests answered (any status). */
+  requests: number;
+  /** 2xx answers. */
+  ok: number;
+  non2xx: number;
+  errors: number;
+  elapsedS: number;
+  /** ms from due time to the end of the answer, one per 2xx answer. */
+  latencies: Float64Array;
+  /** Seconds since start at which each 2xx answer ended (same order as latencies). */
+  times: Float64Array;
+}
+
+/** The generator wakes this often and sends every request that has come due (Node timers have ~1 ms resolution). */
+const TICK_MS = 1;
+
+export async function pacedLoad(url: string, options: PacedOptions): Promise<PacedResult> {
+  const target = new URL(url);
+  const pool = new Pool(target.origin, { connections: options.connections, pipelining: 1 });
+  const total = Math.max(1, Math.round(options.rate * options.durationS));
+  const intervalMs = 1000 / options.rate;
+  const latencies = new Float64Array(total);
+  const times = new Float64Array(total);
+  let ok = 0;
+  let non2xx = 0;
+  let errors = 0;
+  let answered = 0;
+  let sent = 0;
+  let inFlight = 0;
+  const queue: number[] = []; // due times of requests waiting for a free connection
+  const started = performance.now();
+
+  let finished!: () => void;
+  const done = new Promise<void>((resolve) => (finished = resolve));
+
+  const send = (dueAt: number): void => {
+    inFlight += 1;
+    pool
+      .request({ method: 'POST', path: target.pathname, headers: options.headers, body: options.body })
+      .then(async (res) => {
+        await res.body.dump();
+        const now = performance.now();
+        if (res.statusCode >= 200 && res.statusCode < 300) {
+          latencies[ok] = now - dueAt;
+          times[ok] = (now - started) / 1000;
+          ok += 1;
+        } else {
+          non2xx += 1;
+        }
+      })
+      .catch(() => {
+        errors += 1;
+      })
+      .finally(() => {
+        inFlight -= 1;
+        answered += 1;
+        const next = queue.shift();
+        if (next !== undefined) send(next);
+        if (answered === total) finished();
+      });
+  };
+
+  const tick = (): void => {
+    const now = performance.now();
+    while (sent < total && started + sent * intervalMs <= now) {
+      const dueAt = started + sent * intervalMs;
+      sent += 1;
+      if (inFlight < options.connections) send(dueAt);
+      else queue.push(dueAt);
+    }
+    if (sent < total) setTimeout(tick, TICK_MS);
+  };
+  tick();
+  await done;
+  const elapsedS = (performance.now() - started) / 1000;
+  await pool.close();
+  return { requests: answered, ok, non2xx, errors, elapsedS, latencies: latencies.subarray(0, ok), times: times.subarray(0, ok) };
+}
