@@ -30,6 +30,8 @@ import { Pool, request } from 'undici';
 import { startRedis, type RedisServer } from '../test/helpers/redis-server.js';
 import { startTestIssuer, type TestIssuer } from '../test/helpers/jwks-issuer.js';
 import { freePort } from '../test/helpers/gateway.js';
+import { pacedLoad } from './paced.js';
+import { costPerRequest, renderCostTable, type CpuProfile } from './profile-cost.js';
 import { evaluateTargets, parseSoakDuration, renderTargetTable, type TargetResult } from './targets.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -243,6 +245,8 @@ function summarise(latencies: Float64Array): LoadResult['latencyMs'] {
  * per-response times, which its `response` event carries (hrtime-based, in ms).
  */
 export async function load(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate?: number; keepTimes?: boolean }): Promise<LoadResult> {
+  // A fixed rate is paced evenly (bench/paced.ts says why autocannon's overallRate is not used for it).
+  if (options.rate) return pacedLoadResult(url, body, headers, { ...options, rate: options.rate });
   let latencies = new Float64Array(1 << 16);
   let times = options.keepTimes ? new Float64Array(1 << 16) : null;
   let count = 0;
@@ -289,6 +293,26 @@ export async function load(url: string, body: string, headers: Record<string, st
     for (let i = 0; i < count; i++) {
       pairs[i * 2] = times[i] as number;
       pairs[i * 2 + 1] = kept[i] as number;
+    }
+    out.samples = pairs;
+  }
+  return out;
+}
+
+async function pacedLoadResult(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate: number; keepTimes?: boolean }): Promise<LoadResult> {
+  const paced = await pacedLoad(url, { rate: options.rate, durationS: options.durationS, connections: options.connections, headers: { ...MCP_HEADERS, ...headers }, body });
+  const out: LoadResult = {
+    requests: paced.requests,
+    reqPerSec: Math.round(paced.requests / paced.elapsedS),
+    non2xx: paced.non2xx,
+    errors: paced.errors,
+    latencyMs: summarise(paced.latencies),
+  };
+  if (options.keepTimes) {
+    const pairs = new Float64Array(paced.ok * 2);
+    for (let i = 0; i < paced.ok; i++) {
+      pairs[i * 2] = paced.times[i] as number;
+      pairs[i * 2 + 1] = paced.latencies[i] as number;
     }
     out.samples = pairs;
   }
@@ -349,6 +373,8 @@ interface ScenarioResult extends LoadResult {
   redisCpuUsPerReq?: number;
   rssMB: number;
   authorised?: number;
+  /** The measured run's [from, to) in CLOCK_MONOTONIC µs: its slice of the server's profile. */
+  windowUs: { fromUs: number; toUs: number };
 }
 
 interface Environment {
@@ -388,11 +414,21 @@ export function gatewayConfig(port: number, originUrl: string, store: 'memory' |
   };
 }
 
+function profileArgsOf(env: Environment, target: Target): string[] {
+  if (!env.options.profile) return [];
+  const dir = join(env.options.outDir, 'profiles');
+  // Under tsx (the bare proxy) a loader thread is profiled too, and a fixed name would let it overwrite
+  // the main thread's profile: that server gets a directory of its own, one file per thread.
+  if (target === 'bare') return ['--cpu-prof', '--cpu-prof-dir', join(dir, `${target}-${Date.now()}`)];
+  return ['--cpu-prof', '--cpu-prof-dir', dir, '--cpu-prof-name', `${target}-${Date.now()}.cpuprofile`];
+}
+
 async function startTarget(env: Environment, target: Target): Promise<ServerUnderTest> {
   const port = await freePort();
   if (target === 'origin') return { name: 'origin', child: env.origin, url: env.originUrl, origin: new URL(env.originUrl).origin, headers: {}, token: null };
   if (target === 'bare') {
-    const child = launch('bare-proxy', SERVER_CORE, [process.execPath, '--import', 'tsx', 'bench/bare-proxy.ts', '--upstream', env.originUrl, '--port', String(port)], env.workDir);
+    // Profiled too: what the gateway costs above the bare proxy is read by comparing the two profiles.
+    const child = launch('bare-proxy', SERVER_CORE, [process.execPath, ...profileArgsOf(env, 'bare'), '--import', 'tsx', 'bench/bare-proxy.ts', '--upstream', env.originUrl, '--port', String(port)], env.workDir);
     const url = `http://127.0.0.1:${port}/mcp`;
     await waitForHttp(url, child, { method: 'POST', body: callBody('echo', {}), headers: MCP_HEADERS });
     return { name: 'bare-proxy', child, url, origin: `http://127.0.0.1:${port}`, headers: {}, token: null };
@@ -402,8 +438,7 @@ async function startTarget(env: Environment, target: Target): Promise<ServerUnde
   const configFile = join(env.workDir, `${target}.yaml`);
   // JSON is YAML: the config loader reads it as it is.
   writeFileSync(configFile, JSON.stringify(gatewayConfig(port, env.originUrl, store, env.redis.url, issuer, target === 'gw-traced' ? env.otlpSink.url : ''), null, 2));
-  const profileArgs = env.options.profile ? ['--cpu-prof', '--cpu-prof-dir', join(env.options.outDir, 'profiles'), '--cpu-prof-name', `${target}-${Date.now()}.cpuprofile`] : [];
-  const child = launch(target, SERVER_CORE, [process.execPath, ...profileArgs, 'dist/cli.js', 'start', '--config', configFile], env.workDir);
+  const child = launch(target, SERVER_CORE, [process.execPath, ...profileArgsOf(env, target), 'dist/cli.js', 'start', '--config', configFile], env.workDir);
   const origin = `http://127.0.0.1:${port}`;
   await waitForHttp(`${origin}/healthz`, child);
   const headers: Record<string, string> = {};
@@ -417,7 +452,9 @@ async function runScenario(env: Environment, sut: ServerUnderTest, scenario: Sce
   // Warm-up: JIT, connection pools, Redis script cache.
   if (env.options.warmupS > 0) await load(sut.url, body, sut.headers, { durationS: env.options.warmupS, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
   const before = { cpu: cpuMicros(sut.child.pid), origin: cpuMicros(env.origin.pid), redis: cpuMicros(env.redisPid), authorised: scenario.paid ? await authorisedCalls(sut.origin) : 0 };
+  const fromUs = monotonicMicros();
   const result = await load(sut.url, body, sut.headers, { durationS: options.durationS, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
+  const toUs = monotonicMicros();
   const perReq = (micros: number): number => Math.round((micros / Math.max(1, result.requests)) * 10) / 10;
   const out: ScenarioResult = {
     name: scenario.name,
@@ -426,6 +463,7 @@ async function runScenario(env: Environment, sut: ServerUnderTest, scenario: Sce
     cpuUsPerReq: perReq(cpuMicros(sut.child.pid) - before.cpu),
     originCpuUsPerReq: perReq(cpuMicros(env.origin.pid) - before.origin),
     rssMB: Math.round(rssBytes(sut.child.pid) / 1024 / 102.4) / 10,
+    windowUs: { fromUs, toUs },
   };
   if (sut.name === 'gw-redis' || sut.name === 'gw-oauth') out.redisCpuUsPerReq = perReq(cpuMicros(env.redisPid) - before.redis);
   if (scenario.paid) out.authorised = (await authorisedCalls(sut.origin)) - before.authorised;
@@ -451,6 +489,8 @@ export interface BenchReport {
   /** What the OTLP sink received from the traced gateway (spans exported, not dropped). */
   tracing: { exportRequests: number; spans: number; bytes: number } | null;
   profiles: string[];
+  /** With --profile: self µs per request by group in each max-rate run (bench/profile-cost.ts). */
+  costs: Record<string, Record<string, number>>;
   /** Issue 14's targets against this run (bench/targets.ts). */
   targets: TargetResult[];
   /** For each missed target: the top self-time lines of its gateway's profile, or how to get them. */
@@ -499,6 +539,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     soak: null,
     tracing: null,
     profiles: [],
+    costs: {},
     targets: [],
     profileHints: {},
   };
@@ -523,7 +564,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     log(`starting ${[...targets].join(', ')}`);
     await Promise.all([...targets].map(use));
     // Profiles are summarised from here on (start-up, module loading and funding left out).
-    measuredFromUs = Number(process.hrtime.bigint() / 1000n);
+    measuredFromUs = monotonicMicros();
     for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
       const sut = await use(scenario.target);
       log(`max rate: ${scenario.name}`);
@@ -585,7 +626,10 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
 
   log('done');
   report.machine.loadAverageAfter = loadavg().map((l) => Math.round(l * 100) / 100);
-  if (options.profile) report.profiles = summariseProfiles(join(options.outDir, 'profiles'), measuredFromUs);
+  if (options.profile) {
+    report.profiles = summariseProfiles(join(options.outDir, 'profiles'), measuredFromUs);
+    report.costs = costsOf(join(options.outDir, 'profiles'), report.maxRate);
+  }
   report.targets = evaluateTargets({ maxRate: report.maxRate, fixedRate: report.fixedRate?.results ?? null, soak: report.soak });
   report.profileHints = profileHints(report);
   const stamp = report.startedAt.replace(/[:.]/g, '-');
@@ -696,6 +740,26 @@ function summariseProfiles(dir: string, fromUs = 0): string[] {
   return written;
 }
 
+const monotonicMicros = (): number => Number(process.hrtime.bigint() / 1000n);
+
+/** Each profiled max-rate run's self µs per request by group, from its server's newest profile. */
+function costsOf(dir: string, rows: ScenarioResult[]): Record<string, Record<string, number>> {
+  if (!existsSync(dir)) return {};
+  const entries = readdirSync(dir).sort();
+  const costs: Record<string, Record<string, number>> = {};
+  for (const row of rows) {
+    const target = SCENARIOS.find((s) => s.name === row.name)?.target;
+    const newest = entries.filter((f) => f.startsWith(`${target}-`) && !f.endsWith('.txt')).at(-1);
+    if (!newest) continue;
+    // A file, or a directory of one profile per thread: the thread busiest in the run is the server's.
+    const files = newest.endsWith('.cpuprofile') ? [join(dir, newest)] : readdirSync(join(dir, newest)).filter((f) => f.endsWith('.cpuprofile')).map((f) => join(dir, newest, f));
+    const window = { ...row.windowUs, requests: row.requests };
+    const cost = files.map((file) => costPerRequest(JSON.parse(readFileSync(file, 'utf8')) as CpuProfile, window)).sort((a, b) => (b.get('total') ?? 0) - (a.get('total') ?? 0))[0];
+    if (cost) costs[row.name] = Object.fromEntries([...cost].map(([group, us]) => [group, Math.round(us * 10) / 10]));
+  }
+  return costs;
+}
+
 /** What stands in the way of each missed target: its gateway's top self-time frames (from `--profile`), or the command that gets them. */
 function profileHints(report: BenchReport): Record<string, string[]> {
   const hints: Record<string, string[]> = {};
@@ -738,8 +802,13 @@ export function renderMarkdown(report: BenchReport): string {
   if (Object.keys(report.ratios).length > 0) {
     lines.push('Ratios (req/s vs the bare proxy): ' + Object.entries(report.ratios).map(([k, v]) => `${k} = **${v}**`).join(', ') + '.', '');
   }
+  const costed = Object.entries(report.costs);
+  if (costed.length > 0) {
+    lines.push('Where the server CPU goes in each max-rate run (`--profile`: self time of the samples inside the run, by where the code lives, per request; bench/profile-cost.ts). Rows are ordered by how much more a gateway pays than the first column:', '');
+    lines.push(...renderCostTable(costed.map(([name, cost]) => ({ name, cost: new Map(Object.entries(cost)) }))), '');
+  }
   if (report.fixedRate) {
-    lines.push(`Fixed rate ${report.fixedRate.rate} req/s (half the paid-Redis max), 16 connections:`, '');
+    lines.push(`Fixed rate ${report.fixedRate.rate} req/s (half the paid-Redis max), evenly paced over 16 connections (bench/paced.ts; latency from each request's due time):`, '');
     lines.push('| scenario | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | added p99.9 ms | CPU µs/req |');
     lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
     for (const r of report.fixedRate.results) {
