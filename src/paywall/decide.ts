@@ -15,7 +15,7 @@ import { paymentIn, stripPayment } from '../payments/x402/payload.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason } from '../mcp/challenge.js';
 import { challengeThrottleKey } from './client-key.js';
-import { hashHandle, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
+import { createHandleHasher, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
 import type { Authorisation, CallFacts, CallOutcome, Conclusion, HeldCall, PricedCall } from './outcome.js';
 import { resumedX402Result, type X402Calls, type X402Held } from './x402-calls.js';
 
@@ -70,6 +70,7 @@ export class Paywall {
   readonly #deps: PaywallDeps;
   readonly #server: string;
   readonly #logCallLine: CallLogger;
+  readonly #hashHandle: (handle: string) => string;
   /** prom-client label children, bound once per (tool, sku, outcome) / (sku, kind): a label lookup hashes its labels on every call. */
   readonly #paidCallCounters = new Map<string, Map<string, Map<PaidOutcome, { inc(): void }>>>();
   readonly #creditCounters = new Map<string, { spent: { inc(n: number): void }; refunded: { inc(n: number): void } }>();
@@ -78,6 +79,7 @@ export class Paywall {
     this.#deps = deps;
     this.#server = deps.server ?? 'default';
     this.#logCallLine = createCallLogger(deps.logger, this.#server);
+    this.#hashHandle = createHandleHasher(deps.settings.hashSecret);
   }
 
   /** §6.2 steps 2–6. Never throws: store and provider failures become `payments_unavailable` (fail closed). */
@@ -98,7 +100,7 @@ export class Paywall {
       if (typeof token !== 'string') return await this.#challengeNewHandle(priced, 'payment_required', facts);
       // Step 3: unknown handle. A malformed one is unknown without a store round trip.
       if (!isWellFormedHandle(token)) return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
-      const handleHash = hashHandle(token, this.#deps.settings.hashSecret);
+      const handleHash = this.#hashHandle(token);
       const reservationId = mintNonce();
       let decision = await this.#reserve(priced, handleHash, reservationId);
       if (decision.kind === 'unknown_handle') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
@@ -305,7 +307,7 @@ export class Paywall {
     const budget = await this.#takeNewChargeBudget();
     if (budget) return this.#refuseRateLimited(priced, facts, budget.retryAfterMs);
     const handle = mintHandle();
-    const handleHash = hashHandle(handle, settings.hashSecret);
+    const handleHash = this.#hashHandle(handle);
     await store.createHandle({ handleHash, fingerprint: fingerprint(handle), principal: priced.principal, ttlMs: settings.handleTtlMs });
     return this.#challengeExistingHandle(priced, handle, handleHash, reason, null, facts, true);
   }

@@ -3,7 +3,7 @@
 import { createHash, createHmac } from 'node:crypto';
 import t from 'tap';
 import { DevProvider } from '../../src/payments/dev.js';
-import { hashHandle, HANDLE_PREFIX, isWellFormedHandle, mintHandle, mintNonce } from '../../src/paywall/handles.js';
+import { createHandleHasher, hashHandle, HANDLE_PREFIX, isWellFormedHandle, mintHandle, mintNonce } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
 
 t.test('a handle is tb_s_ + base64url of exactly 16 bytes', async (t) => {
@@ -41,6 +41,20 @@ t.test('with a secret the hash is HMAC-SHA-256, without one plain SHA-256', asyn
   t.not(hashHandle(handle, 'k1'), hashHandle(handle, 'k2'), 'the key matters');
   t.not(hashHandle(handle, 'k1'), hashHandle(handle, ''));
   t.notMatch(hashHandle(handle, 'k1'), handle.slice(5), 'the hash does not contain the handle');
+});
+
+t.test('the call path hasher answers exactly what hashHandle does, and remembers at most its size', async (t) => {
+  const handles = Array.from({ length: 10 }, () => mintHandle());
+  for (const secret of ['s3cret', '']) {
+    const hasher = createHandleHasher(secret, 4);
+    // Twice round more handles than the memo holds: evicted ones are hashed again, never answered stale.
+    for (const handle of [...handles, ...handles]) t.equal(hasher(handle), hashHandle(handle, secret));
+  }
+  const a = createHandleHasher('one');
+  const b = createHandleHasher('two');
+  const handle = mintHandle();
+  t.not(a(handle), b(handle), 'one memo per secret: a hasher never answers another secret\'s hash');
+  t.equal(a(handle), hashHandle(handle, 'one'));
 });
 
 t.test('a nonce is 16 CSPRNG bytes without prefix', async (t) => {
