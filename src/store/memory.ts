@@ -62,9 +62,12 @@ function ownedOf(handle: HandleRecord, sku: string): number {
   return owned;
 }
 
+/** `entry` is the caller's fresh object: it is numbered in place and kept (one object per spend, not three). */
 function pushEntry(ledger: MemoryLedger, entry: LedgerEntry, endsAt: number): void {
   const last = ledger.entries.at(-1);
-  ledger.entries.push({ ...entry, seq: (last?.seq ?? 0) + 1, at: Math.max(entry.at, last?.at ?? 0) });
+  entry.seq = (last?.seq ?? 0) + 1;
+  entry.at = Math.max(entry.at, last?.at ?? 0);
+  ledger.entries.push(entry);
   ledger.endsAt = Math.max(ledger.endsAt, endsAt);
 }
 
@@ -482,7 +485,11 @@ export class MemoryStore implements Store {
     let ledger = this.ledgers.get(handleHash);
     if (!ledger) this.ledgers.set(handleHash, (ledger = { fingerprint, entries: [], endsAt: 0 }));
     if (fingerprint !== '') ledger.fingerprint = fingerprint;
-    pushEntry(ledger, { ...entry, seq: 0, at, fingerprint: ledger.fingerprint }, Math.max(handleExpiresAt, at) + this.ledgerRetentionMs);
+    const numbered = entry as LedgerEntry; // the caller's fresh literal, completed in place
+    numbered.seq = 0;
+    numbered.at = at;
+    numbered.fingerprint = ledger.fingerprint;
+    pushEntry(ledger, numbered, Math.max(handleExpiresAt, at) + this.ledgerRetentionMs);
   }
 
   private appendPaymentEntry(record: PaymentNonceRecord, outcome: PaymentNonceOutcome): void {
