@@ -1,7 +1,7 @@
 // src/clock.ts and the test clock the suite drives time with (test/helpers/clock.ts).
 import t from 'tap';
 import { sleep, systemClock } from '../src/clock.js';
-import { TestClock, waitFor } from './helpers/clock.js';
+import { TestClock, skippingClock, waitFor } from './helpers/clock.js';
 
 t.test('the system clock reads the wall clock and a monotonic clock that moves forward', async (t) => {
   const wall = systemClock.now();
@@ -74,4 +74,32 @@ t.test('waitFor resolves once the condition holds and names what it waited for o
   await waitFor(() => ready, 'ready');
   t.ok(ready);
   await t.rejects(waitFor(() => false, 'the impossible', { timeoutMs: 20 }), /timed out after 20 ms waiting for the impossible/);
+});
+
+t.test('the skipping clock fires timers in due order without real waiting; wall time is the test\'s', async (t) => {
+  let wall = 1_000;
+  const clock = skippingClock(() => wall);
+  const seen: [string, number][] = [];
+  clock.setTimeout(() => seen.push(['b', clock.monotonic()]), 2_000);
+  clock.setTimeout(() => seen.push(['a', clock.monotonic()]), 1_000);
+  const cleared = clock.setTimeout(() => seen.push(['cleared', clock.monotonic()]), 1_500);
+  clock.clearTimeout(cleared);
+  const started = performance.now();
+  await sleep(clock, 3_000);
+  t.ok(performance.now() - started < 1_000, 'three seconds of timers took no real wait');
+  t.same(seen, [['a', 1_000], ['b', 2_000]], 'due order, each at its own time; the cleared one never fired');
+  t.equal(clock.monotonic(), 3_000);
+  t.equal(clock.fired, 3);
+  t.equal(clock.now(), 1_000, 'wall time stood still');
+  wall = 5_000;
+  t.equal(clock.now(), 5_000, 'and moves when the test moves it');
+});
+
+t.test('the skipping clock lets work already under way run before a timer fires', async (t) => {
+  const clock = skippingClock(() => 0);
+  const seen: string[] = [];
+  const timer = sleep(clock, 10).then(() => seen.push('timer'));
+  void Promise.resolve().then(() => seen.push('microtask'));
+  await timer;
+  t.same(seen, ['microtask', 'timer']);
 });

@@ -104,7 +104,9 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     deps.openStreams.delete(this);
     recorder.request(call, this.writableFinished || this.headersSent ? this.statusCode : 499);
     // A free call's upstream request ends with its client (§5.2); a priced call is read to its end (§6.5).
-    if (!this.writableFinished && call.priced === null) call.abort(CLIENT_GONE);
+    // A GET stream the gateway ended itself (endStreams: shutdown, reload) finished on our side only: its
+    // upstream stream is cut too, or it stays open on the upstream agent (a reload keeps the agent).
+    if (call.priced === null && (!this.writableFinished || call.method === 'GET')) call.abort(CLIENT_GONE);
   }
 
   await app.register(async (scope) => {

@@ -1,7 +1,8 @@
 // Clocks for tests (src/clock.ts). TestClock: time moves only when the test says so; advance(ms) fires the
 // timers that fall due, in order, each seeing the clock at its own due time. wallClock(now): a test's
-// wall time with Node's real timers, for tests that only move the date. waitFor: wait on a condition
-// instead of a fixed sleep.
+// wall time with Node's real timers, for tests that only move the date. skippingClock(now): a test's wall
+// time with timers that fire without real waiting, for tests that drive code which waits out a bound.
+// waitFor: wait on a condition instead of a fixed sleep.
 import { systemClock, type Clock, type ClockTimer } from '../../src/clock.js';
 
 interface Pending extends ClockTimer {
@@ -76,6 +77,54 @@ async function settle(): Promise<void> {
 /** The test's wall time (`now`) with the process's monotonic clock and Node's timers. */
 export function wallClock(now: () => number): Clock {
   return { ...systemClock, now };
+}
+
+/**
+ * The test's wall time (`now`) with a monotonic clock nobody waits for: each timer fires on a later turn
+ * of the event loop (setImmediate, so promise chains and I/O already under way run first), in due order,
+ * and monotonic time jumps to its due time. For code that waits on a timer for something that may never
+ * happen in the test (a poll loop bounded in monotonic time): the wait runs its whole course, loop by
+ * loop, without idling for real. Wall time does not move (the test moves it, as with wallClock).
+ */
+export function skippingClock(now: () => number): Clock & { readonly fired: number } {
+  let mono = 0;
+  let seq = 0;
+  let fired = 0;
+  let timers: Pending[] = [];
+  let pumping = false;
+  const pump = (): void => {
+    const due = timers.sort((a, b) => a.at - b.at || a.seq - b.seq)[0];
+    if (!due) {
+      pumping = false;
+      return;
+    }
+    timers = timers.filter((t) => t !== due);
+    mono = Math.max(mono, due.at);
+    fired++;
+    due.fn();
+    setImmediate(pump);
+  };
+  return {
+    now,
+    monotonic: () => mono,
+    setTimeout: (fn, ms) => {
+      const timer: Pending = { at: mono + Math.max(0, ms), seq: seq++, fn, cancelled: false, unref: () => undefined };
+      timers.push(timer);
+      if (!pumping) {
+        pumping = true;
+        setImmediate(pump);
+      }
+      return timer;
+    },
+    clearTimeout: (timer) => {
+      (timer as Pending).cancelled = true;
+      timers = timers.filter((t) => t !== timer);
+    },
+    /** Timers fired so far: shows a test that the waits it means to skip happened. */
+    get fired() {
+      return fired;
+    },
+  };
 }
 
 /**

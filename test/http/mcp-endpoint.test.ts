@@ -218,6 +218,22 @@ t.test('a client that leaves a GET stream aborts the upstream request', async (t
   t.same(closed, { finished: false }, 'the upstream saw its request end soon after the client left');
 });
 
+t.test('a GET stream the gateway ends (shutdown, reload) ends upstream too, not only towards the client', async (t) => {
+  const gateway = await gatewayFor(t);
+  upstream.respond((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(': open\n\n'); // then never ends on its own
+  });
+  const next = upstream.next();
+  const reply = await fetch(gateway.url, { method: 'GET', headers: { accept: 'text/event-stream' } });
+  const reader = reply.body!.getReader();
+  await reader.read();
+  gateway.gateway.endStreams(); // what a reload's drain does; the upstream agent stays
+  t.same(await reader.read(), { done: true, value: undefined }, 'the client sees its stream end');
+  const closed = await Promise.race([(await next).closed, sleep(4_000).then(() => 'still open' as const)]);
+  t.same(closed, { finished: false }, 'the upstream saw its request cut (it would otherwise stay open on the agent)');
+});
+
 t.test('a client that leaves a free call before the upstream answered aborts the upstream request', async (t) => {
   const gateway = await gatewayFor(t);
   upstream.respond(() => undefined); // never answers
