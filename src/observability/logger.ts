@@ -36,16 +36,10 @@ const REDACT_PATHS = [
 /** Already-masked values (config/mask.ts: "***", or "" for unset) stay as they are; anything else is hidden. */
 const censor = (value: unknown): unknown => (value === MASK || value === '' ? value : '[redacted]');
 
-/** The batching of stdout (bench/log-line.ts and bench/ab.ts measured the choices: bench/RESULTS.md). */
+/** The batching of stdout (bench/log-line.ts measured the choices). */
 export const STDOUT_BUFFER = {
-  /**
-   * Bytes gathered before one write(2): ~100 call lines. Each asynchronous write hands the batch to a
-   * libuv thread and back, two context switches on the gateway's core: at 4 KiB that hop cost more per
-   * paid call than formatting the line.
-   */
-  minLength: 32 * 1024,
-  /** The most one write(2) takes (sonic-boom's default is 16 KiB, below minLength). */
-  maxWrite: 64 * 1024,
+  /** Bytes gathered before one write(2): ~20 call lines. */
+  minLength: 4096,
   /** A quiet gateway's lines still leave within this many ms. */
   flushIntervalMs: 250,
   /** Held at most while stdout does not drain; lines past it are dropped (a stuck reader must not grow memory). */
@@ -54,7 +48,7 @@ export const STDOUT_BUFFER = {
 
 /** Asynchronous, batched stdout: what `start` logs to. */
 export function stdoutDestination(fd = 1): pino.DestinationStream {
-  const stream = pino.destination({ fd, sync: false, minLength: STDOUT_BUFFER.minLength, maxWrite: STDOUT_BUFFER.maxWrite, maxLength: STDOUT_BUFFER.maxLength, periodicFlush: STDOUT_BUFFER.flushIntervalMs });
+  const stream = pino.destination({ fd, sync: false, minLength: STDOUT_BUFFER.minLength, maxLength: STDOUT_BUFFER.maxLength, periodicFlush: STDOUT_BUFFER.flushIntervalMs });
   let warned = false;
   stream.on('drop', () => {
     if (warned) return;
