@@ -8,7 +8,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'coverage/**', '.tap/**', 'node_modules/**', 'tools/**', 'deploy/**', 'bench/results/**'] },
+  { ignores: ['dist/**', 'coverage/**', '.tap/**', 'node_modules/**', 'tools/**', 'deploy/**', 'bench/results/**', 'bench/.ab/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {
