@@ -10,7 +10,7 @@
 // Failure behaviour: JWKS unreachable (and no usable cached key set) → fail closed, 401
 // invalid_token with reason `jwks_unavailable`. The token is never logged, returned or put in a
 // metric label.
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
 import type { GatewayConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -160,7 +160,8 @@ export function createResourceServer(auth: GatewayConfig['auth'], deps: Resource
   }
 
   async function verifyCached(token: string): Promise<Verified | Refused> {
-    const key = createHash('sha256').update(token).digest('base64url');
+    // One-shot hash: no Hash object per request (about half the cost of createHash().update().digest()).
+    const key = hash('sha256', token, 'base64url');
     const now = clock();
     const hit = cache.get(key);
     if (hit !== undefined) {

@@ -1,6 +1,6 @@
 // Handles (SPEC §6.1): `tb_s_` + base64url of 16 CSPRNG bytes. The store only ever sees a keyed hash,
 // so a lookup never compares secrets byte by byte and a store dump leaks no bearer credential.
-import { createHash, createHmac, randomBytes } from 'node:crypto';
+import { createHmac, hash, randomBytes } from 'node:crypto';
 
 export const HANDLE_PREFIX = 'tb_s_';
 const HANDLE_PATTERN = /^tb_s_[A-Za-z0-9_-]{22}$/;
@@ -35,7 +35,7 @@ export const isWellFormedHandle = (value: string): boolean => HANDLE_PATTERN.tes
 
 /** HMAC-SHA-256 with the per-deployment secret, or SHA-256 when none is configured. Hex. */
 export function hashHandle(handle: string, secret: string): string {
-  return secret ? createHmac('sha256', secret).update(handle).digest('hex') : createHash('sha256').update(handle).digest('hex');
+  return secret ? createHmac('sha256', secret).update(handle).digest('hex') : hash('sha256', handle, 'hex');
 }
 
 /** How many handles `createHandleHasher` remembers: the hot handles of a busy gateway, a few hundred KiB. */
@@ -53,9 +53,9 @@ export function createHandleHasher(secret: string, size = HANDLE_HASH_MEMO_SIZE)
   return (handle) => {
     const known = memo.get(handle);
     if (known !== undefined) return known;
-    const hash = hashHandle(handle, secret);
+    const hashed = hashHandle(handle, secret);
     if (memo.size >= size) memo.delete(memo.keys().next().value as string);
-    memo.set(handle, hash);
-    return hash;
+    memo.set(handle, hashed);
+    return hashed;
   };
 }
