@@ -1,7 +1,7 @@
 // `npm run bench` (SPEC §12, issue 9). One run, one machine, one origin: direct vs a bare
 // parse-and-forward proxy vs the gateway (free call, paid call on the memory store, on Redis, and with
 // OAuth, and on memory with OpenTelemetry tracing on), each server its own child process, driven by
-// autocannon on loopback. Writes the numbers to
+// autocannon on loopback at max rate and by an evenly paced load (paced.ts) at a fixed rate. Writes the numbers to
 // bench/results/<stamp>.json and the table to bench/RESULTS.md (between the bench:latest markers).
 //
 // Flags:
@@ -12,7 +12,8 @@
 //   --soak-rate R    req/s for the soak (default: 50% of the paid Redis max rate)
 //   --connections N  autocannon connections for the max-rate runs (default 32)
 //   --sse-samples N  sequential streaming calls per target for time-to-first-event (default 200)
-//   --profile        run the gateway under --cpu-prof; profiles + a self-time summary land in the out dir
+//   --profile        run the bare proxy and the gateways under --cpu-prof; profiles, a self-time summary and
+//                    the per-request cost table (profile-cost.ts) land in the out dir and RESULTS.md
 //   --only a,b       only these scenarios (names as in the table)
 //   --out DIR        where the JSON goes (default bench/results); --no-markdown leaves RESULTS.md alone
 //   --no-pin         do not use taskset
