@@ -45,7 +45,6 @@ export async function pacedLoad(url: string, options: PacedOptions): Promise<Pac
   let ok = 0;
   let non2xx = 0;
   let errors = 0;
-  let answered = 0;
   let sent = 0;
   let inFlight = 0;
   const queue: number[] = []; // due times of requests waiting for a free connection
@@ -74,10 +73,9 @@ export async function pacedLoad(url: string, options: PacedOptions): Promise<Pac
       })
       .finally(() => {
         inFlight -= 1;
-        answered += 1;
         const next = queue.shift();
         if (next !== undefined) send(next);
-        if (answered === total) finished();
+        if (ok + non2xx + errors === total) finished();
       });
   };
 
@@ -95,5 +93,5 @@ export async function pacedLoad(url: string, options: PacedOptions): Promise<Pac
   await done;
   const elapsedS = (performance.now() - started) / 1000;
   await pool.close();
-  return { requests: answered, ok, non2xx, errors, elapsedS, latencies: latencies.subarray(0, ok), times: times.subarray(0, ok) };
+  return { requests: ok + non2xx + errors, ok, non2xx, errors, elapsedS, latencies: latencies.subarray(0, ok), times: times.subarray(0, ok) };
 }

@@ -10,6 +10,8 @@ export interface CpuProfile {
   timeDeltas: number[];
 }
 
+type CallFrame = CpuProfile['nodes'][number]['callFrame'];
+
 /** A measured run: [from, to) in CLOCK_MONOTONIC µs (V8's sample clock and process.hrtime), and its requests. */
 export interface ProfileWindow {
   fromUs: number;
@@ -26,7 +28,7 @@ export interface ProfileWindow {
  * - `node: <module>` for Node's own JavaScript (node:internal/streams/… → `node: streams`);
  * - `(garbage collector)`, `(program)` as V8 names them; any other native frame is `V8 builtins`.
  */
-export function groupOf(callFrame: CpuProfile['nodes'][number]['callFrame']): string {
+export function groupOf(callFrame: CallFrame): string {
   const { url, functionName } = callFrame;
   // The innermost package: a dependency's own node_modules copy counts as that dependency.
   const packages = [...url.matchAll(/node_modules\/((?:@[^/]+\/)?[^/]+)\//g)];
@@ -46,24 +48,35 @@ export function groupOf(callFrame: CpuProfile['nodes'][number]['callFrame']): st
   return 'other';
 }
 
-/** Self µs per request of each group within the window, and the total (idle time excluded). */
-export function costPerRequest(profile: CpuProfile, window: ProfileWindow): Map<string, number> {
-  const groupById = new Map<number, string>();
-  for (const node of profile.nodes) groupById.set(node.id, node.callFrame.functionName === '(idle)' ? '' : groupOf(node.callFrame));
-  const micros = new Map<string, number>();
+/**
+ * Self time (µs) of the samples in [fromUs, toUs), summed by `keyOf` of their frame; the idle loop is
+ * not counted. The one walk over a profile's samples: the per-request groups below and the bench's
+ * per-frame summary (`*.top.txt`) both read a profile through it.
+ */
+export function selfTime(profile: CpuProfile, range: { fromUs: number; toUs: number }, keyOf: (frame: CallFrame) => string): { byKey: Map<string, number>; total: number } {
+  const keyById = new Map<number, string | null>();
+  for (const node of profile.nodes) keyById.set(node.id, node.callFrame.functionName === '(idle)' ? null : keyOf(node.callFrame));
+  const byKey = new Map<string, number>();
   let at = profile.startTime;
   let total = 0;
   for (let i = 0; i < profile.samples.length; i++) {
     const delta = profile.timeDeltas[i] ?? 0;
     at += delta;
-    if (at < window.fromUs || at >= window.toUs) continue;
-    const group = groupById.get(profile.samples[i] as number) ?? 'other';
-    if (group === '') continue;
-    micros.set(group, (micros.get(group) ?? 0) + delta);
+    if (at < range.fromUs || at >= range.toUs) continue;
+    const key = keyById.get(profile.samples[i] as number);
+    if (key === null) continue;
+    const name = key ?? 'other';
+    byKey.set(name, (byKey.get(name) ?? 0) + delta);
     total += delta;
   }
+  return { byKey, total };
+}
+
+/** Self µs per request of each group within the window, largest first, and the total (idle time excluded). */
+export function costPerRequest(profile: CpuProfile, window: ProfileWindow): Map<string, number> {
+  const { byKey, total } = selfTime(profile, window, groupOf);
   const requests = Math.max(1, window.requests);
-  const out = new Map<string, number>([...micros].sort((a, b) => b[1] - a[1]).map(([group, us]) => [group, us / requests]));
+  const out = new Map<string, number>([...byKey].sort((a, b) => b[1] - a[1]).map(([group, us]) => [group, us / requests]));
   out.set('total', total / requests);
   return out;
 }

@@ -32,7 +32,7 @@ import { startRedis, type RedisServer } from '../test/helpers/redis-server.js';
 import { startTestIssuer, type TestIssuer } from '../test/helpers/jwks-issuer.js';
 import { freePort } from '../test/helpers/gateway.js';
 import { pacedLoad } from './paced.js';
-import { costPerRequest, renderCostTable, type CpuProfile } from './profile-cost.js';
+import { costPerRequest, renderCostTable, selfTime, type CpuProfile } from './profile-cost.js';
 import { evaluateTargets, parseSoakDuration, renderTargetTable, type TargetResult } from './targets.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -711,28 +711,13 @@ function summariseProfiles(dir: string, fromUs = 0): string[] {
   if (!existsSync(dir)) return [];
   const written: string[] = [];
   for (const file of readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'))) {
-    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as { startTime: number; nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[]; samples: number[]; timeDeltas: number[] };
+    const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile;
     // V8's sample times and process.hrtime are both CLOCK_MONOTONIC (µs): keep the measured runs only.
     // Should the clocks not line up (no sample after fromUs), the whole profile is used.
-    const sampleTimes: number[] = [];
-    let at = profile.startTime;
-    for (const delta of profile.timeDeltas) sampleTimes.push((at += delta));
-    const from = sampleTimes.some((t) => t >= fromUs) ? fromUs : 0;
-    const self = new Map<number, number>();
-    profile.samples.forEach((id, i) => {
-      if ((sampleTimes[i] ?? 0) >= from) self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
-    });
-    const byFrame = new Map<string, number>();
-    let total = 0;
-    for (const node of profile.nodes) {
-      // Shares of busy time: the idle event loop is not a cost.
-      if (node.callFrame.functionName === '(idle)') continue;
-      const micros = self.get(node.id) ?? 0;
-      total += micros;
-      const where = node.callFrame.url.replace(/^.*\/(node_modules|dist|src)\//, '$1/');
-      const key = `${node.callFrame.functionName || '(anonymous)'} ${where}:${node.callFrame.lineNumber + 1}`;
-      byFrame.set(key, (byFrame.get(key) ?? 0) + micros);
-    }
+    const lastSample = profile.timeDeltas.reduce((at, delta) => at + delta, profile.startTime);
+    const from = lastSample >= fromUs ? fromUs : 0;
+    // Shares of busy time: the idle event loop is not a cost.
+    const { byKey: byFrame, total } = selfTime(profile, { fromUs: from, toUs: Infinity }, (frame) => `${frame.functionName || '(anonymous)'} ${frame.url.replace(/^.*\/(node_modules|dist|src)\//, '$1/')}:${frame.lineNumber + 1}`);
     const lines = [...byFrame.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25).map(([k, v]) => `${((v / total) * 100).toFixed(1).padStart(5)}%  ${k}`);
     const out = join(dir, file.replace(/\.cpuprofile$/, '.top.txt'));
     writeFileSync(out, `${lines.join('\n')}\n`);
@@ -748,6 +733,13 @@ function costsOf(dir: string, rows: ScenarioResult[]): Record<string, Record<str
   if (!existsSync(dir)) return {};
   const entries = readdirSync(dir).sort();
   const costs: Record<string, Record<string, number>> = {};
+  // One server's profile serves several runs (gw-memory: free and paid memory): parsed once.
+  const profiles = new Map<string, CpuProfile>();
+  const parsed = (file: string): CpuProfile => {
+    let profile = profiles.get(file);
+    if (!profile) profiles.set(file, (profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile));
+    return profile;
+  };
   for (const row of rows) {
     const target = SCENARIOS.find((s) => s.name === row.name)?.target;
     const newest = entries.filter((f) => f.startsWith(`${target}-`) && !f.endsWith('.txt')).at(-1);
@@ -755,7 +747,7 @@ function costsOf(dir: string, rows: ScenarioResult[]): Record<string, Record<str
     // A file, or a directory of one profile per thread: the thread busiest in the run is the server's.
     const files = newest.endsWith('.cpuprofile') ? [join(dir, newest)] : readdirSync(join(dir, newest)).filter((f) => f.endsWith('.cpuprofile')).map((f) => join(dir, newest, f));
     const window = { ...row.windowUs, requests: row.requests };
-    const cost = files.map((file) => costPerRequest(JSON.parse(readFileSync(file, 'utf8')) as CpuProfile, window)).sort((a, b) => (b.get('total') ?? 0) - (a.get('total') ?? 0))[0];
+    const cost = files.map((file) => costPerRequest(parsed(file), window)).sort((a, b) => (b.get('total') ?? 0) - (a.get('total') ?? 0))[0];
     if (cost) costs[row.name] = Object.fromEntries([...cost].map(([group, us]) => [group, Math.round(us * 10) / 10]));
   }
   return costs;
