@@ -111,3 +111,15 @@ t.test('cli.md: every command and flag of the usage texts is documented', async 
   t.ok(flags.size >= 12, `${flags.size} flags`);
   for (const flag of flags) t.ok(doc.includes(`${flag}`), `${flag} is in cli.md`);
 });
+
+t.test('README.md and docs/ stand alone: no citation of an unshipped contract', async (t) => {
+  const docs = new URL('docs/', root);
+  const files = ['README.md', ...(readdirSync(docs, { recursive: true }) as string[]).filter((file) => file.endsWith('.md')).map((file) => `docs/${file}`)];
+  for (const file of files) {
+    const offending = read(file)
+      .split('\n')
+      .map((line, index) => ({ line, number: index + 1 }))
+      .filter(({ line }) => /\bSPEC\b|shared\//.test(line));
+    t.same(offending.map(({ number, line }) => `${file}:${number}: ${line.trim()}`), [], `${file} cites neither SPEC nor ../shared/`);
+  }
+});
