@@ -19,7 +19,7 @@ import type { AddressInfo } from 'node:net';
 import Provider from 'oidc-provider';
 
 /** The scopes the resource server (every resource this provider issues for) defines. */
-const DEFAULT_RESOURCE_SCOPES = ['mcp:use', 'research:pay', 'research:costly', 'files:write', 'admin', 'profile', 'other'];
+const DEFAULT_RESOURCE_SCOPES = ['mcp:use', 'research:pay', 'research:costly', 'files:read', 'files:write', 'admin', 'profile', 'other'];
 const REDIRECT_URI = 'http://127.0.0.1/callback';
 const ACCESS_TOKEN_TTL_S = 300;
 
