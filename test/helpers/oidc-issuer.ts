@@ -13,9 +13,10 @@
 // drops the old one. The provider's state (clients, grants, sessions) lives in the adapter, so it
 // survives the restart. The hand-written test/helpers/jwks-issuer.ts remains only for tokens a real
 // provider cannot mint (alg none, forged keys, missing claims, a foreign issuer with a valid key).
-import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createHash, generateKeyPair, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { promisify } from 'node:util';
 import Provider from 'oidc-provider';
 
 /** The scopes the resource server (every resource this provider issues for) defines. */
@@ -100,8 +101,11 @@ function memoryAdapter(store: Map<string, Map<string, Stored>>) {
   };
 }
 
-function newSigningJwk(): Record<string, unknown> {
-  const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+// Off the event loop: RSA key generation takes tens of milliseconds, and gateways share this process.
+const generateRsaKeyPair = promisify(generateKeyPair);
+
+async function newSigningJwk(): Promise<Record<string, unknown>> {
+  const { privateKey } = await generateRsaKeyPair('rsa', { modulusLength: 2048 });
   return { ...privateKey.export({ format: 'jwk' }), use: 'sig', alg: 'RS256', kid: `rs256-${randomBytes(6).toString('hex')}` };
 }
 
@@ -127,7 +131,7 @@ export async function startOidcIssuer(options: OidcIssuerOptions = {}): Promise<
   const storage = new Map<string, Map<string, Stored>>();
   const Adapter = memoryAdapter(storage);
   const cookieKeys = [randomBytes(32).toString('base64url')];
-  let keys = [newSigningJwk()];
+  let keys = [await newSigningJwk()];
   let availability: JwksAvailability = 'up';
   let jwksFetches = 0;
 
@@ -275,7 +279,7 @@ export async function startOidcIssuer(options: OidcIssuerOptions = {}): Promise<
       if (request.sub === undefined) return tokenRequest(request.clientId, { grant_type: 'client_credentials', scope: request.scope, resource: request.resource });
       return authorizationCode({ ...request, sub: request.sub });
     },
-    rotateKeys: () => restartWith([newSigningJwk(), ...keys]),
+    rotateKeys: async () => restartWith([await newSigningJwk(), ...keys]),
     retireOldKeys: () => restartWith(keys.slice(0, 1)),
     setAvailability(next) {
       availability = next;
