@@ -355,9 +355,9 @@ t.test('a batch calling two tools with their own scopes is refused 403 naming ev
 });
 
 // --- SPEC §20: principals are namespaced (sub:… / client:…) ---
-// The `client:` principal is for a token with a client_id and no `sub`. RFC 9068 makes `sub` required
-// and oidc-provider writes the client id there for client credentials, so those tokens are hand-written
-// (on the forger's gateway); the same property with the real provider's tokens follows, as a known gap.
+// The `client:` principal is for a client-credentials token: a client_id and no `sub` (hand-written, on
+// the forger's gateway: RFC 9068 makes `sub` required), or a `sub` equal to the client_id, as
+// oidc-provider mints them (the real provider's tokens follow).
 
 /** Challenged, then paid on the dev checkout: the handle and its link. */
 async function paidHandle(t: Pick<Test, 'ok'>, gw: OauthGateway, token: string): Promise<{ handle: string; checkoutUrl: string }> {
@@ -393,12 +393,11 @@ t.test("principals, real provider: a client-credentials token whose client_id eq
   t.match(decodeJwt(user), { sub: sharedId, client_id: 'mcp-client' }, "the user's token (authorization code)");
   t.match(decodeJwt(service), { sub: sharedId, client_id: sharedId }, "the service's token: oidc-provider puts the client id in sub (RFC 9068 §2.2)");
   const { handle } = await paidHandle(t, gateway, user);
-  // Known gap: the gateway's rule (sub first) makes both `sub:same-id-7Rp`, one principal.
-  const todo = 'gap: a client-credentials token carries sub = client_id, so the principal is sub:<client_id>';
+  // The service is `client:same-id-7Rp` (its sub is its client_id), the user `sub:same-id-7Rp`.
   const upstreamBefore = upstream.callsOf('fetch_readable').length;
   const forService = await post(gateway, callTool('fetch_readable', { url: 'https://example.com/ns', tollboothToken: handle }), service);
-  t.same(forService.body.result?._meta?.['xyz.tollbooth/refusal'], { reason: 'bound_to_other_principal' }, 'the service is refused', { todo });
-  t.equal(upstream.callsOf('fetch_readable').length, upstreamBefore, 'the service reached nothing upstream', { todo });
+  t.same(forService.body.result?._meta?.['xyz.tollbooth/refusal'], { reason: 'bound_to_other_principal' }, 'the service is refused');
+  t.equal(upstream.callsOf('fetch_readable').length, upstreamBefore, 'the service reached nothing upstream');
 });
 
 t.test("principals: the other way round, a user whose sub equals a client's client_id cannot spend the client's handle", async (t) => {

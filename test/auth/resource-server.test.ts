@@ -113,13 +113,13 @@ t.test('valid token without the needed scope: 403 insufficient_scope naming ever
 
 // --- the real provider's tokens ---
 
-t.test("a real provider's tokens: authorization code is sub:<user>, client credentials sub:<client_id>, scopes from its scope claim", async (t) => {
+t.test("a real provider's tokens: authorization code is sub:<user>, client credentials (sub = client_id) client:<client_id>, scopes from its scope claim", async (t) => {
   const rs = server(t, trustProvider(provider));
   const user = await userToken('alice', 'mcp:use files:write');
   t.same(await rs.authenticate(bearer(user), {}), { ok: true, principal: 'sub:alice', scopes: new Set(['mcp:use', 'files:write']) }, 'authorization code with PKCE');
   const service = await provider.tokenFor({ clientId: 'reporting-service', scope: 'mcp:use', resource: PUBLIC_URL });
   t.match(decodeJwt(service), { sub: 'reporting-service', client_id: 'reporting-service' }, 'oidc-provider writes the client id as sub (RFC 9068 §2.2)');
-  t.same(await rs.authenticate(bearer(service), {}), { ok: true, principal: 'sub:reporting-service', scopes: new Set(['mcp:use']) }, 'client credentials');
+  t.same(await rs.authenticate(bearer(service), {}), { ok: true, principal: 'client:reporting-service', scopes: new Set(['mcp:use']) }, 'client credentials');
 });
 
 // --- signature and algorithm ---
