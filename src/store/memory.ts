@@ -269,6 +269,11 @@ export class MemoryStore implements Store {
     return true;
   }
 
+  async markChargeRead(handleHash: string, nonce: string, polledAt: number): Promise<void> {
+    const charge = this.charges.get(scopedKey(handleHash, nonce));
+    if (charge && charge.lastPolledAt === polledAt) charge.lastReadAt = polledAt;
+  }
+
   /**
    * Exactly once (§7.5): only a 'pending', 'abandoned' or 'expired' charge can be claimed (a late
    * payment is still granted). If the handle expired meanwhile the claim still records the outcome (status,

@@ -291,6 +291,10 @@ export class RedisStore implements Store {
     });
   }
 
+  async markChargeRead(handleHash: string, nonce: string, polledAt: number): Promise<void> {
+    await this.call('markChargeRead', () => this.run('tbMarkChargeRead', [this.keys.handle(handleHash).charges], [nonce, polledAt, this.now()]));
+  }
+
   async claimSettlement(claim: SettlementClaim): Promise<ClaimResult> {
     const k = this.keys.handle(claim.handleHash);
     const member = indexMember(claim.handleHash, claim.nonce);

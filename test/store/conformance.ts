@@ -565,6 +565,20 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now + 2_000, pollCount: 2, nextPollAt: now + 14_000 });
   });
 
+  behaviour('markChargeRead records the end of the current slot\'s read, never of an older one', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    const now = f.clock.now();
+    t.equal((await f.store.getCharge(handleHash, charge.nonce))?.lastReadAt, undefined, 'no read ended yet');
+    await f.store.takePollSlot(handleHash, charge.nonce, now, 2_000, now + 6_000);
+    await f.store.markChargeRead(handleHash, charge.nonce, now);
+    t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now, lastReadAt: now, pollCount: 1, status: 'pending' }, 'the read of this slot is done');
+    await f.store.takePollSlot(handleHash, charge.nonce, now + 2_000, 2_000, now + 14_000);
+    await f.store.markChargeRead(handleHash, charge.nonce, now);
+    t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now + 2_000, lastReadAt: now }, 'a late mark for an older slot does not claim the newer read done');
+    await f.store.markChargeRead(randomId('h_'), 'n-unknown', now);
+  });
+
   behaviour('takePollSlot on an unknown charge is refused', async (f, t) => {
     t.equal(await f.store.takePollSlot(randomId('h_'), 'n-unknown', f.clock.now(), 2_000, f.clock.now() + 6_000), false);
   });
