@@ -219,6 +219,13 @@ export interface Store {
    */
   finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean>;
   getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null>;
+  /**
+   * SPEC §21, through the durable outbox (store/outbox.ts): the `x402_settle` entry of one settled call,
+   * idempotent by its authorization (a second write, from any replica or a restarted process, is a
+   * no-op), whether or not the claim record is still there; a claim still 'claimed' becomes 'settled'.
+   * True when this call wrote the entry.
+   */
+  recordX402Settlement(record: X402SettlementRecord): Promise<boolean>;
 
   // ── sessions bound to principals (SPEC §20) ─────────────────────────────────────────────────────
   /**
@@ -326,6 +333,15 @@ export interface PaymentNonceRecord extends PaymentNonceClaim {
   state: PaymentNonceState;
   transaction: string | null;
   finishedAt: number | null;
+}
+
+/** A settled x402 call as the outbox holds it: everything its ledger entry needs, nothing secret. */
+export interface X402SettlementRecord extends PaymentNonceKey {
+  sku: string;
+  tool: string;
+  amount: string; // atomic units
+  transaction: string;
+  at: number; // epoch ms: when the facilitator settled it
 }
 
 // ── priced-request registry (SPEC §6.5) ───────────────────────────────────────────────────────────
