@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The README's x402 demo (SPEC §19): both rails of one challenge, end to end, on this machine alone.
+// The README's x402 demo (docs/reference/wire.md, "x402"): both rails of one challenge, end to end, on this machine alone.
 //   node --import tsx scripts/x402-demo.mjs
 // It starts, in this process: the fake x402 facilitator the tests use (test/helpers/x402-facilitator.ts:
 // real HTTP, real EIP-712 signature checks, a made-up transaction hash instead of a chain), a stand-in
