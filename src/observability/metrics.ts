@@ -53,6 +53,8 @@ export interface Metrics {
   configReloads: client.Counter<'result'>;
   /** 1 for the sha256 prefix of the effective config this process runs (one series at a time). */
   configInfo: client.Gauge<'sha'>;
+  /** SPEC §21: payment records waiting in this process's outbox file for the store (store/outbox.ts). */
+  outboxPending: client.Gauge;
 }
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
@@ -101,5 +103,6 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
     configReloads: new client.Counter({ name: 'tollbooth_config_reloads_total', help: 'Config reloads on SIGHUP, by result (success, invalid, refused).', labelNames: ['result'], registers }),
     configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
+    outboxPending: new client.Gauge({ name: 'tollbooth_outbox_pending', help: 'Payment records (x402 settlements) waiting in this process\'s outbox file because the store could not take them.', registers }),
   };
 }
