@@ -93,6 +93,7 @@ async function assemble(
       registerMooveWebhookRoute(app, {
         secret: next.payments.provider === 'moove' ? next.payments.moove.webhookSecret : '',
         logger,
+        metrics,
         onLink: async (linkId) => {
           await settler.observeByRef(linkId);
         },
