@@ -102,6 +102,7 @@ async function assemble(
       registerMooveWebhookRoute(app, {
         secret: next.payments.provider === 'moove' ? next.payments.moove.webhookSecret : '',
         logger,
+        metrics,
         onLink: async (linkId) => {
           await settler.observeByRef(linkId);
         },
