@@ -5,7 +5,7 @@ import client from 'prom-client';
 // 0.25 ms … 30 s
 const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
-export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error';
+export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error' | 'input_required';
 export type CreditKind = 'granted' | 'spent' | 'refunded';
 export type SettlementResult = 'granted' | 'partial' | 'underpaid' | 'expired';
 /** x402 (SPEC §19), one count per paid retry at each step it reached; docs/payments.md explains each. */

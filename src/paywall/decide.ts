@@ -14,6 +14,7 @@ import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason } from '../mcp/challenge.js';
+import { resultKind } from '../mcp/result-kind.js';
 import { challengeThrottleKey } from './client-key.js';
 import { createHandleHasher, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
 import type { Authorisation, CallFacts, CallOutcome, Conclusion, HeldCall, PricedCall } from './outcome.js';
@@ -138,15 +139,18 @@ export class Paywall {
    */
   async conclude(priced: PricedCall, held: HeldCall, outcome: CallOutcome, registration: PricedRequestKey | null): Promise<Conclusion> {
     const { sku, cost, charge } = priced.price;
-    const succeeded = outcome.kind === 'answered' && isSuccess(outcome.message);
-    const accepted = outcome.kind === 'answered' || (outcome.kind !== 'http_refusal' && outcome.accepted);
+    // An input_required answer is not a finished result, whatever the charge policy: released, passed on
+    // as it came (no receipt); the client's continuation is the call that pays (§24).
+    const unfinished = outcome.kind === 'answered' && resultKind(outcome.message).kind === 'input_required';
+    const succeeded = outcome.kind === 'answered' && !unfinished && isSuccess(outcome.message);
+    const accepted = !unfinished && (outcome.kind === 'answered' || (outcome.kind !== 'http_refusal' && outcome.accepted));
     const keep = charge === 'attempt' ? accepted : succeeded;
     // The same policy decides for an x402-paid call whether its payment is settled (§19).
     if (held.kind === 'x402') return this.#concludeX402(priced, held, outcome, keep, registration);
 
     const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: this.#recordedTool(priced.call.name), reqId: priced.reqId });
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
-    const logOutcome: PaidOutcome = outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
+    const logOutcome: PaidOutcome = unfinished ? 'input_required' : outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
     if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent);
 
     const state = settled.state;
@@ -184,14 +188,15 @@ export class Paywall {
     // An x402-paid call is settled only by the exchange holding its payment: here it is delivered if settled, else dropped.
     if (record.x402) return resumedX402Result(this.#deps.store, record, message);
     const { sku, cost } = record;
-    const succeeded = isSuccess(message);
+    const unfinished = resultKind(message).kind === 'input_required';
+    const succeeded = !unfinished && isSuccess(message);
     if (record.state === 'committed') return succeeded ? withReceipt(message, { sku, cost, remaining: record.remaining }) : message;
     if (record.state === 'released') return null;
     const pastDeadline = this.#deps.now() > record.deadline;
-    const keep = !pastDeadline && (record.charge === 'attempt' || succeeded);
+    const keep = !pastDeadline && !unfinished && (record.charge === 'attempt' || succeeded);
     const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool });
     if (settled.ours) {
-      const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : succeeded ? 'authorised' : 'upstream_error';
+      const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : unfinished ? 'input_required' : succeeded ? 'authorised' : 'upstream_error';
       this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
     }
     if (settled.state === 'committed') return succeeded ? withReceipt(message, { sku, cost, remaining: settled.remaining }) : message;

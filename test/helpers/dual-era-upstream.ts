@@ -54,7 +54,16 @@ export async function startDualEraUpstream(): Promise<DualEraUpstream> {
     return server;
   });
 
-  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  const serve = serveFetchHandler(handler, bodies);
+
+  return listenRecording(serve, calls, bodies, async () => {
+    await handler.close().catch(() => undefined);
+  });
+}
+
+/** A node:http handler for an SDK fetch-style handler (`createMcpHandler`); every non-empty body is kept in `bodies`. */
+export function serveFetchHandler(handler: { fetch(request: Request): Promise<Response> }, bodies: string[]): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  return async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const raw = Buffer.concat(chunks);
@@ -83,8 +92,4 @@ export async function startDualEraUpstream(): Promise<DualEraUpstream> {
     }
     res.end();
   };
-
-  return listenRecording(serve, calls, bodies, async () => {
-    await handler.close().catch(() => undefined);
-  });
 }
