@@ -6,7 +6,7 @@ import type { GatewayConfig } from './config/schema.js';
 import { maskSecrets } from './config/mask.js';
 import { createLogger, flushLogs, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
-import { startTracing } from './observability/tracing.js';
+import { startTracing, type SpanExporter } from './observability/tracing.js';
 import { DevProvider } from './payments/dev.js';
 import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
@@ -42,7 +42,7 @@ export interface RunningGateway {
  * `clock` replaces the system clock of the store, paywall, settlement, deadlines and reconciler (tests move
  * time forward with test/helpers/clock.ts).
  */
-export async function runGateway(given: GatewayConfig, options: { logger?: Logger; configPath?: string; clock?: Clock } = {}): Promise<RunningGateway> {
+export async function runGateway(given: GatewayConfig, options: { logger?: Logger; configPath?: string; clock?: Clock; spanExporter?: SpanExporter } = {}): Promise<RunningGateway> {
   const logger = options.logger ?? createLogger(given.logging.level);
   const clock = options.clock ?? systemClock;
   // server.port 0 (tests): bound first, so a public URL derived from the port names the bound one; no
@@ -53,7 +53,7 @@ export async function runGateway(given: GatewayConfig, options: { logger?: Logge
   if (given.server.port === 0) bound = await listen(listener, given.server.host, 0);
   const config = bound ? withBoundPort(given, bound.port) : given;
   try {
-    return await assemble(config, { logger, clock, listener, bound, configPath: options.configPath });
+    return await assemble(config, { logger, clock, listener, bound, configPath: options.configPath, spanExporter: options.spanExporter });
   } catch (error) {
     listener.close();
     throw error;
@@ -62,12 +62,12 @@ export async function runGateway(given: GatewayConfig, options: { logger?: Logge
 
 async function assemble(
   config: GatewayConfig,
-  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined },
+  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined; spanExporter?: SpanExporter | undefined },
 ): Promise<RunningGateway> {
   const { logger, clock } = options;
   const store = await createStore(config, { logger, clock });
-  // Off (no otlpEndpoint): null, and nothing of OpenTelemetry is loaded.
-  const tracing = await startTracing(config.tracing, logger);
+  // Off (no otlpEndpoint, no console exporter): null, and nothing of OpenTelemetry is loaded.
+  const tracing = await startTracing(config.tracing, logger, options.spanExporter);
   const metrics = createMetrics(() => store.countPendingCharges(), () => store.ping());
   // Every endpoint's upstream (SPEC §16, §18): an HTTP agent, or a stdio bridge on a private socket the proxy reaches like any HTTP upstream.
   const upstreams = new UpstreamPool({ logger });

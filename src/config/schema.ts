@@ -262,7 +262,9 @@ const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst:
 
 // ── tracing (SPEC §17): OpenTelemetry spans over OTLP/HTTP, off while otlpEndpoint is empty ─────────
 // otlpEndpoint is a base URL as OTEL_EXPORTER_OTLP_ENDPOINT: spans go to {base}/v1/traces.
+// exporter console: one JSON span per line on stderr, for seeing spans without a collector (otlpEndpoint unused).
 const tracingSchema = z.strictObject({
+  exporter: z.enum(['otlp', 'console'], 'otlp (spans to otlpEndpoint; off while it is "") or console (one JSON span per line on stderr)').default('otlp'),
   otlpEndpoint: z
     .string('an absolute http(s) base URL of an OTLP/HTTP collector, or "" for off')
     .refine((value) => value === '' || isHttpUrl(value), 'an absolute http(s) base URL of an OTLP/HTTP collector (spans go to {base}/v1/traces), or "" for off')
