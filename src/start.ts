@@ -21,6 +21,7 @@ import { UpstreamPool, type EndpointUpstreams } from './gateway/upstreams.js';
 import type { ReloadResult } from './observability/metrics.js';
 import { buildGateway, type Gateway } from './server.js';
 import { createStore } from './store/create.js';
+import { openAdminChannel } from './admin-channel.js';
 import type { Store } from './store/store.js';
 
 export interface RunningGateway {
@@ -42,7 +43,7 @@ export interface RunningGateway {
  * `clock` replaces the system clock of the store, paywall, settlement, deadlines and reconciler (tests move
  * time forward with test/helpers/clock.ts).
  */
-export async function runGateway(given: GatewayConfig, options: { logger?: Logger; configPath?: string; clock?: Clock; spanExporter?: SpanExporter } = {}): Promise<RunningGateway> {
+export async function runGateway(given: GatewayConfig, options: { logger?: Logger; configPath?: string; clock?: Clock; spanExporter?: SpanExporter; adminSocket?: string; adjust?: (config: GatewayConfig) => GatewayConfig } = {}): Promise<RunningGateway> {
   const logger = options.logger ?? createLogger(given.logging.level);
   const clock = options.clock ?? systemClock;
   // server.port 0 (tests): bound first, so a public URL derived from the port names the bound one; no
@@ -53,7 +54,7 @@ export async function runGateway(given: GatewayConfig, options: { logger?: Logge
   if (given.server.port === 0) bound = await listen(listener, given.server.host, 0);
   const config = bound ? withBoundPort(given, bound.port) : given;
   try {
-    return await assemble(config, { logger, clock, listener, bound, configPath: options.configPath, spanExporter: options.spanExporter });
+    return await assemble(config, { logger, clock, listener, bound, configPath: options.configPath, spanExporter: options.spanExporter, adminSocket: options.adminSocket, adjust: options.adjust });
   } catch (error) {
     listener.close();
     throw error;
@@ -62,7 +63,7 @@ export async function runGateway(given: GatewayConfig, options: { logger?: Logge
 
 async function assemble(
   config: GatewayConfig,
-  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined; spanExporter?: SpanExporter | undefined },
+  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined; spanExporter?: SpanExporter | undefined; adminSocket?: string | undefined; adjust?: ((config: GatewayConfig) => GatewayConfig) | undefined },
 ): Promise<RunningGateway> {
   const { logger, clock } = options;
   const store = await createStore(config, { logger, clock });
@@ -114,6 +115,15 @@ async function assemble(
   // SPEC §18: the config this process runs; a reload replaces it (and the gateway built from it) as a whole.
   let effective = config;
   metrics.configInfo.set({ sha: configSha(config) }, 1);
+  // A memory store lives in this process only: the admin verbs reach it through a Unix socket (admin-channel.ts).
+  // Not fatal: without it the gateway still serves, and the CLI says how to reach the store.
+  const adminChannel =
+    options.adminSocket && config.store.type === 'memory'
+      ? await openAdminChannel(options.adminSocket, { store, config: () => effective, peer: { pid: process.pid, url: `${origin}${config.server.mcpPath}`, configPath: options.configPath ?? null }, logger }).catch((error: unknown) => {
+          logger.warn({ evt: 'admin_channel', path: options.adminSocket, code: (error as { code?: string }).code }, `no admin socket, so the admin verbs cannot reach this gateway's memory store: ${(error as Error).message}`);
+          return null;
+        })
+      : null;
   const drainMs = (running: GatewayConfig): number => maxCallDeadline(running) + 1_000;
 
   let closing: Promise<void> | null = null;
@@ -125,7 +135,7 @@ async function assemble(
     reloading = reloading.then(async () => {
       if (!options.configPath) throw new Error('reload needs the config file the gateway was started from');
       if (closing) return 'refused';
-      const outcome = prepareReload(effective, options.configPath);
+      const outcome = prepareReload(effective, options.configPath, process.env, options.adjust);
       if (outcome.result !== 'success') {
         metrics.configReloads.inc({ result: outcome.result });
         logger.error({ evt: 'config_reload', result: outcome.result, file: options.configPath, path: outcome.path, line: outcome.line }, outcome.message);
@@ -168,6 +178,7 @@ async function assemble(
 
   const close = (): Promise<void> => {
     closing ??= (async () => {
+      await adminChannel?.close().catch(() => undefined);
       await reconciler.stop();
       await front.close(drainMs(effective));
       await upstreams.closeAll().catch(() => undefined);
@@ -197,9 +208,9 @@ async function assemble(
 const LOG_FLUSH_MS = 5_000;
 
 /** The CLI's `start`: run until a signal, then drain, flush the buffered log lines (observability/logger.ts) and exit 0. */
-export async function startGateway(config: GatewayConfig, options: { configPath: string }): Promise<void> {
+export async function startGateway(config: GatewayConfig, options: { configPath: string; adminSocket?: string; adjust?: (config: GatewayConfig) => GatewayConfig }): Promise<void> {
   const logger = createLogger(config.logging.level);
-  const running = await runGateway(config, { logger, configPath: options.configPath });
+  const running = await runGateway(config, { logger, configPath: options.configPath, adminSocket: options.adminSocket, adjust: options.adjust });
   const stop = (signal: string): void => {
     logger.info({ evt: 'shutdown', signal }, 'finishing calls in flight, then exiting');
     const exit = (code: number) => (): Promise<never> => flushLogs(logger, LOG_FLUSH_MS).then(() => process.exit(code));

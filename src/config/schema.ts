@@ -321,6 +321,8 @@ export const configSchema = z
     tracing: tracingSchema.prefault({}),
     metrics: z.strictObject({ enabled: z.boolean().default(true), path: z.string().regex(/^\//, 'a path starting with "/"').default('/metrics') }).prefault({}),
     logging: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).prefault({}),
+    // The admin channel of a memory-store gateway (src/admin-channel.ts): "" = admin-<port>.sock in the state dir.
+    admin: z.strictObject({ socket: z.string('a Unix socket path, or "" for admin-<port>.sock in $XDG_STATE_HOME/tollbooth (else ~/.local/state/tollbooth)').default('') }).prefault({}),
     // SPEC §17: how long ledger entries outlive their handle.
     ledger: z.strictObject({ retention: duration.refine((ms) => ms >= 86_400_000, 'a duration of at least 1d').default(400 * 86_400_000) }).prefault({}),
   })
