@@ -86,16 +86,24 @@ export async function listCharges(context: AdminContext, status?: string): Promi
     context.out(status === undefined ? 'no charges' : `no ${status} charges`);
     return;
   }
-  const header = ['OPENED', 'STATUS', 'SKU', 'AMOUNT', 'CURRENCY', 'CREDITS', 'GRANTED', 'HANDLE HASH'];
+  // HANDLE is the fingerprint `handle show` takes; a handle that is gone (expired) shows its short hash.
+  const handles = new Map<string, string>();
+  for (const charge of charges) {
+    if (handles.has(charge.handleHash)) continue;
+    const state = await context.store.getHandle(charge.handleHash);
+    handles.set(charge.handleHash, state?.fingerprint ?? `gone ${shortHash(charge.handleHash)}`);
+  }
+  const header = ['OPENED', 'STATUS', 'SKU', 'AMOUNT', 'RECEIVED', 'CURRENCY', 'CREDITS', 'GRANTED', 'HANDLE'];
   const rows = charges.map((charge: ChargeRecord) => [
     new Date(charge.openedAt).toISOString(),
     charge.status,
     charge.sku,
     charge.amount,
+    charge.receivedAmount ?? '-',
     charge.currency,
     String(charge.credits),
     String(charge.grantedCredits),
-    shortHash(charge.handleHash),
+    handles.get(charge.handleHash) as string,
   ]);
   for (const line of formatTable(header, rows)) context.out(line);
 }

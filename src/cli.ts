@@ -7,19 +7,23 @@ import pino from 'pino';
 import { stringify } from 'yaml';
 import { once } from 'node:events';
 import { grantCredits, ledgerExport, ledgerVerify, listCharges, showHandle, type AdminContext } from './admin.js';
+import { adminSocketPath, callAdminChannel, type AdminRequest } from './admin-channel.js';
 import { loadConfig } from './config/load.js';
+import { applyOverrides, parsePort } from './config/overrides.js';
+import type { GatewayConfig } from './config/schema.js';
 import { printableConfig } from './config/mask.js';
-import { isGatewayError } from './errors.js';
+import { GatewayError, isGatewayError } from './errors.js';
 import { redactHandles } from './observability/fingerprint.js';
 import { createLogger } from './observability/logger.js';
 import { createStore } from './store/create.js';
+import type { Store } from './store/store.js';
 
 const DEFAULT_CONFIG = 'config/tollbooth.yaml';
 
 const USAGE = `usage: tollbooth <command> [--config FILE]
 
 commands:
-  start                                    run the gateway
+  start [--port N] [--admin-socket PATH]   run the gateway (start --help)
   check                                    validate the config, print it (defaults applied, secrets masked)
   handle show <handle|fingerprint>         a handle's principal, balances, expiry and last ledger entries
   credits grant <handle|fingerprint> --sku SKU --credits N --reason TEXT
@@ -31,6 +35,23 @@ commands:
   bridge [--port N] -- <command…>          serve a stdio MCP server over Streamable HTTP, no paywall (--help)
 
 --config FILE defaults to $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG}.
+
+On the memory store (store.type: memory) the handles, charges and ledger live inside the gateway
+process: the admin verbs reach a running gateway through its admin socket (admin.socket; default
+admin-<port>.sock in $XDG_STATE_HOME/tollbooth, else ~/.local/state/tollbooth; --admin-socket PATH
+overrides) and say which process answered. On Redis they read the store directly.
+`;
+
+const START_USAGE = `usage: tollbooth start [--config FILE] [--port N] [--admin-socket PATH]
+
+Runs the gateway until SIGTERM/SIGINT (drains calls in flight, then exits 0); SIGHUP reloads the config.
+
+  --config FILE          the config (default $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG})
+  --port N               listen on port N instead of server.port (0 = any free port); a publicUrl
+                         derived from the port follows it. Also: npm start -- --port N
+  --admin-socket PATH    where a memory-store gateway serves the admin verbs (default: admin.socket,
+                         else admin-<port>.sock in $XDG_STATE_HOME/tollbooth or ~/.local/state/tollbooth)
+  -h, --help             this help
 `;
 
 type Options = NonNullable<ParseArgsConfig['options']>;
@@ -47,12 +68,21 @@ const stringOption = { type: 'string' } as const;
 const VERBS: Record<string, Verb> = {
   start: {
     positionals: [],
-    options: {},
-    run: async (configPath) => {
-      const config = loadConfig(configPath);
+    options: { port: stringOption, help: { type: 'boolean', short: 'h' } },
+    run: async (configPath, _positionals, values) => {
+      if (values.help === true) {
+        process.stdout.write(START_USAGE);
+        return 0;
+      }
+      const portText = asString(values.port);
+      const port = portText === undefined ? undefined : parsePort(portText);
+      if (port === null) throw new UsageError(`--port must be a port number from 0 to 65535, got ${JSON.stringify(portText)}`);
+      const adjust = (config: GatewayConfig): GatewayConfig => applyOverrides(config, { port });
+      const file = loadConfig(configPath);
       // Loaded lazily: check and the admin verbs need neither fastify nor the upstream machinery.
       const { startGateway } = await import('./start.js');
-      await startGateway(config, { configPath });
+      // The admin socket follows the file's port, not --port: the admin verbs read the same file and find it there.
+      await startGateway(adjust(file), { configPath, adjust, adminSocket: asString(values['admin-socket']) ?? adminSocketPath(file) });
     },
   },
   check: {
@@ -68,31 +98,33 @@ const VERBS: Record<string, Verb> = {
   'handle show': {
     positionals: ['handle|fingerprint'],
     options: {},
-    run: (configPath, [reference]) => withAdmin(configPath, (context) => showHandle(context, reference as string)),
+    run: (configPath, [reference], values) => withAdmin(configPath, { verb: 'handle show', positionals: [reference as string], values }, (context) => showHandle(context, reference as string)),
   },
   'credits grant': {
     positionals: ['handle|fingerprint'],
     options: { sku: stringOption, credits: stringOption, reason: stringOption },
     run: (configPath, [reference], values) =>
-      withAdmin(configPath, async (context) => {
+      withAdmin(configPath, { verb: 'credits grant', positionals: [reference as string], values }, async (context) => {
         await grantCredits(context, reference as string, { sku: asString(values.sku), credits: asString(values.credits), reason: asString(values.reason) });
       }),
   },
   'charges list': {
     positionals: [],
     options: { status: stringOption },
-    run: (configPath, _positionals, values) => withAdmin(configPath, (context) => listCharges(context, asString(values.status))),
+    run: (configPath, _positionals, values) => withAdmin(configPath, { verb: 'charges list', positionals: [], values }, (context) => listCharges(context, asString(values.status))),
   },
   'ledger export': {
     positionals: [],
     options: { since: stringOption, until: stringOption, format: stringOption },
     run: (configPath, _positionals, values) =>
-      withAdmin(configPath, (context) => ledgerExport({ ...context, write: writeStdout }, { since: asString(values.since), until: asString(values.until), format: asString(values.format) })),
+      withAdmin(configPath, { verb: 'ledger export', positionals: [], values }, (context) =>
+        ledgerExport({ ...context, write: writeStdout }, { since: asString(values.since), until: asString(values.until), format: asString(values.format) }),
+      ),
   },
   'ledger verify': {
     positionals: [],
     options: {},
-    run: (configPath) => withAdmin(configPath, (context) => ledgerVerify(context)),
+    run: (configPath, _positionals, values) => withAdmin(configPath, { verb: 'ledger verify', positionals: [], values }, (context) => ledgerVerify(context)),
   },
 };
 
@@ -112,7 +144,7 @@ async function main(argv: string[]): Promise<number> {
     const { verb, rest } = findVerb(argv);
     const { values, positionals } = parseArgs({
       args: rest,
-      options: { ...verb.options, config: stringOption },
+      options: { ...verb.options, config: stringOption, 'admin-socket': stringOption },
       allowPositionals: true,
       strict: true,
     });
@@ -154,16 +186,51 @@ function report(error: unknown): number {
   return 1;
 }
 
-async function withAdmin(configPath: string, verb: (context: AdminContext) => Promise<number | void>): Promise<number> {
+/**
+ * Runs an admin verb: on Redis against the store itself; on the memory store in the running gateway
+ * (its admin socket), since a store opened here would be a new, empty one.
+ */
+async function withAdmin(configPath: string, request: { verb: string; positionals: string[]; values: Values }, verb: (context: AdminContext) => Promise<number | void>): Promise<number> {
   const config = loadConfig(configPath);
   // Logs (the admin_grant audit line) go to stderr so stdout stays the verb's readable output.
   const logger = createLogger(config.logging.level, pino.destination({ dest: 2, sync: true }));
+  if (config.store.type === 'memory') {
+    const answered = await viaGateway(config, configPath, request);
+    if (typeof answered === 'number') return answered;
+    // No gateway: the verb still checks its arguments (a usage error stays exit 2); its first store access says where the store is.
+    return (await verb({ store: unreachableStore(answered), config, out: (line) => process.stdout.write(`${line}\n`), logger })) ?? 0;
+  }
   const store = await createStore(config, { logger });
   try {
     return (await verb({ store, config, out: (line) => process.stdout.write(`${line}\n`), logger })) ?? 0;
   } finally {
     await store.close();
   }
+}
+
+/** The verb's exit code from the running gateway, or (none answered) the error that says where the memory store is. */
+async function viaGateway(config: GatewayConfig, configPath: string, request: { verb: string; positionals: string[]; values: Values }): Promise<number | GatewayError> {
+  const socket = asString(request.values['admin-socket']) ?? adminSocketPath(config);
+  const values: AdminRequest['values'] = {};
+  for (const [key, value] of Object.entries(request.values)) if (typeof value === 'string' && key !== 'config' && key !== 'admin-socket') values[key] = value;
+  const result = await callAdminChannel(socket, { verb: request.verb, positionals: request.positionals, values }, {
+    // stderr, so stdout stays the verb's output (an export piped to a file).
+    peer: (peer) => void process.stderr.write(`tollbooth: the memory store of the running gateway pid ${peer.pid} (${peer.url}, config ${peer.configPath ?? 'unknown'}), through ${socket}\n`),
+    write: writeStdout,
+  });
+  if (result.kind === 'answered') return result.exit;
+  const found = result.stale ? `the admin socket ${socket} is left from a gateway that is no longer running` : `no gateway is running with this config (no admin socket at ${socket})`;
+  return new GatewayError(
+    'TB_ERR_NOT_FOUND',
+    `${configPath} uses the memory store, which lives inside the gateway process, and ${found}. Start it (tollbooth start --config ${configPath}; npm start) and run this again: the admin verbs then reach its store through the admin socket. To read handles, charges and the ledger without a running gateway, use a shared store (store.type: redis).`,
+  );
+}
+
+/** A store every operation of which fails with `error`: the memory store is in the gateway process, not here. */
+function unreachableStore(error: GatewayError): Store {
+  return new Proxy({} as Store, {
+    get: (_target, key) => (key === 'then' ? undefined : () => Promise.reject(error)),
+  });
 }
 
 /** stdout with backpressure: an export of millions of lines never piles up in memory. */

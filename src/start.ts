@@ -6,7 +6,7 @@ import type { GatewayConfig } from './config/schema.js';
 import { maskSecrets } from './config/mask.js';
 import { createLogger, flushLogs, type Logger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
-import { startTracing } from './observability/tracing.js';
+import { startTracing, type SpanExporter } from './observability/tracing.js';
 import { DevProvider } from './payments/dev.js';
 import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
@@ -24,6 +24,7 @@ import { buildGateway, type Gateway } from './server.js';
 import { createStore } from './store/create.js';
 import { Outbox } from './store/outbox.js';
 import { outboxDirFor } from './store/outbox-file.js';
+import { openAdminChannel } from './admin-channel.js';
 import type { Store } from './store/store.js';
 
 export interface RunningGateway {
@@ -45,7 +46,7 @@ export interface RunningGateway {
  * `clock` replaces the system clock of the store, paywall, settlement, deadlines and reconciler (tests move
  * time forward with test/helpers/clock.ts).
  */
-export async function runGateway(given: GatewayConfig, options: { logger?: Logger; configPath?: string; clock?: Clock } = {}): Promise<RunningGateway> {
+export async function runGateway(given: GatewayConfig, options: { logger?: Logger; configPath?: string; clock?: Clock; spanExporter?: SpanExporter; adminSocket?: string; adjust?: (config: GatewayConfig) => GatewayConfig } = {}): Promise<RunningGateway> {
   const logger = options.logger ?? createLogger(given.logging.level);
   const clock = options.clock ?? systemClock;
   // server.port 0 (tests): bound first, so a public URL derived from the port names the bound one; no
@@ -56,7 +57,7 @@ export async function runGateway(given: GatewayConfig, options: { logger?: Logge
   if (given.server.port === 0) bound = await listen(listener, given.server.host, 0);
   const config = bound ? withBoundPort(given, bound.port) : given;
   try {
-    return await assemble(config, { logger, clock, listener, bound, configPath: options.configPath });
+    return await assemble(config, { logger, clock, listener, bound, configPath: options.configPath, spanExporter: options.spanExporter, adminSocket: options.adminSocket, adjust: options.adjust });
   } catch (error) {
     listener.close();
     throw error;
@@ -65,13 +66,13 @@ export async function runGateway(given: GatewayConfig, options: { logger?: Logge
 
 async function assemble(
   config: GatewayConfig,
-  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined },
+  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined; spanExporter?: SpanExporter | undefined; adminSocket?: string | undefined; adjust?: ((config: GatewayConfig) => GatewayConfig) | undefined },
 ): Promise<RunningGateway> {
   const { logger, clock } = options;
   const store = await createStore(config, { logger, clock });
-  // Off (no otlpEndpoint): null, and nothing of OpenTelemetry is loaded.
-  const tracing = await startTracing(config.tracing, logger);
-  const metrics = createMetrics(() => store.countPendingCharges());
+  // Off (no otlpEndpoint, no console exporter): null, and nothing of OpenTelemetry is loaded.
+  const tracing = await startTracing(config.tracing, logger, options.spanExporter);
+  const metrics = createMetrics(() => store.countPendingCharges(), () => store.ping());
   // Every endpoint's upstream (SPEC §16, §18): an HTTP agent, or a stdio bridge on a private socket the proxy reaches like any HTTP upstream.
   const upstreams = new UpstreamPool({ logger });
   const targets = await upstreams.acquire(config);
@@ -124,6 +125,15 @@ async function assemble(
   // SPEC §18: the config this process runs; a reload replaces it (and the gateway built from it) as a whole.
   let effective = config;
   metrics.configInfo.set({ sha: configSha(config) }, 1);
+  // A memory store lives in this process only: the admin verbs reach it through a Unix socket (admin-channel.ts).
+  // Not fatal: without it the gateway still serves, and the CLI says how to reach the store.
+  const adminChannel =
+    options.adminSocket && config.store.type === 'memory'
+      ? await openAdminChannel(options.adminSocket, { store, config: () => effective, peer: { pid: process.pid, url: `${origin}${config.server.mcpPath}`, configPath: options.configPath ?? null }, logger }).catch((error: unknown) => {
+          logger.warn({ evt: 'admin_channel', path: options.adminSocket, code: (error as { code?: string }).code }, `no admin socket, so the admin verbs cannot reach this gateway's memory store: ${(error as Error).message}`);
+          return null;
+        })
+      : null;
   const drainMs = (running: GatewayConfig): number => maxCallDeadline(running) + 1_000;
 
   let closing: Promise<void> | null = null;
@@ -135,7 +145,7 @@ async function assemble(
     reloading = reloading.then(async () => {
       if (!options.configPath) throw new Error('reload needs the config file the gateway was started from');
       if (closing) return 'refused';
-      const outcome = prepareReload(effective, options.configPath);
+      const outcome = prepareReload(effective, options.configPath, process.env, options.adjust);
       if (outcome.result !== 'success') {
         metrics.configReloads.inc({ result: outcome.result });
         logger.error({ evt: 'config_reload', result: outcome.result, file: options.configPath, path: outcome.path, line: outcome.line }, outcome.message);
@@ -178,6 +188,7 @@ async function assemble(
 
   const close = (): Promise<void> => {
     closing ??= (async () => {
+      await adminChannel?.close().catch(() => undefined);
       await reconciler.stop();
       await front.close(drainMs(effective));
       memory.close();
@@ -209,9 +220,9 @@ async function assemble(
 const LOG_FLUSH_MS = 5_000;
 
 /** The CLI's `start`: run until a signal, then drain, flush the buffered log lines (observability/logger.ts) and exit 0. */
-export async function startGateway(config: GatewayConfig, options: { configPath: string }): Promise<void> {
+export async function startGateway(config: GatewayConfig, options: { configPath: string; adminSocket?: string; adjust?: (config: GatewayConfig) => GatewayConfig }): Promise<void> {
   const logger = createLogger(config.logging.level);
-  const running = await runGateway(config, { logger, configPath: options.configPath });
+  const running = await runGateway(config, { logger, configPath: options.configPath, adminSocket: options.adminSocket, adjust: options.adjust });
   const stop = (signal: string): void => {
     logger.info({ evt: 'shutdown', signal }, 'finishing calls in flight, then exiting');
     const exit = (code: number) => (): Promise<never> => flushLogs(logger, LOG_FLUSH_MS).then(() => process.exit(code));

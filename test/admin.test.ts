@@ -149,9 +149,10 @@ t.test('charges list prints one row per charge without checkout URLs or link ids
   await openCharge(h, 'bulk', { providerRef: 'link_SECRET_REF_2', checkoutUrl: 'https://pay.example.test/c/SECRET_URL_2' });
   await listCharges(h.context);
   t.equal(h.output.length, 3);
-  t.match(h.output[0], /^OPENED\s+STATUS\s+SKU\s+AMOUNT\s+CURRENCY\s+CREDITS\s+GRANTED\s+HANDLE HASH$/);
-  t.match(h.output[1], /^2026-01-01T12:00:00\.000Z\s+settled\s+research\s+5\.00\s+USDC\s+250\s+250\s+[0-9a-f]{8}…$/);
-  t.match(h.output[2], /^2026-01-01T12:00:00\.000Z\s+pending\s+bulk\s+5\.00\s+USDC\s+250\s+0\s+[0-9a-f]{8}…$/);
+  const print = fingerprint(h.handle).replace(/\./g, '\\.');
+  t.match(h.output[0], /^OPENED\s+STATUS\s+SKU\s+AMOUNT\s+RECEIVED\s+CURRENCY\s+CREDITS\s+GRANTED\s+HANDLE$/);
+  t.match(h.output[1], new RegExp(`^2026-01-01T12:00:00\\.000Z\\s+settled\\s+research\\s+5\\.00\\s+5\\.00\\s+USDC\\s+250\\s+250\\s+${print}$`), 'the amount received; the handle by its fingerprint');
+  t.match(h.output[2], new RegExp(`^2026-01-01T12:00:00\\.000Z\\s+pending\\s+bulk\\s+5\\.00\\s+-\\s+USDC\\s+250\\s+0\\s+${print}$`), 'nothing received yet');
   const text = h.output.join('\n');
   t.notMatch(text, /SECRET|https?:/);
   t.notMatch(text, h.handleHash);
@@ -181,5 +182,19 @@ t.test('charges list --status expired shows the charges the provider never let u
   await h.store.expireCharge(h.handleHash, nonce, NOW);
   await listCharges(h.context, 'expired');
   t.equal(h.output.length, 2);
-  t.match(h.output[1], /^2026-01-01T12:00:00\.000Z\s+expired\s+research\s+5\.00\s+USDC\s+250\s+0\s+[0-9a-f]{8}…$/);
+  t.match(h.output[1], /^2026-01-01T12:00:00\.000Z\s+expired\s+research\s+5\.00\s+-\s+USDC\s+250\s+0\s+tb_s_/);
+});
+
+t.test("charges list: an underpaid charge shows what was received, and its HANDLE column is what handle show takes", async (t) => {
+  const h = await harness();
+  const nonce = await openCharge(h, 'research', { providerRef: 'ref-u', checkoutUrl: 'https://pay.example.test/u' });
+  await h.store.claimSettlement({ handleHash: h.handleHash, nonce, outcome: 'underpaid', credits: 0, receivedAmount: '0.40' });
+  await listCharges(h.context, 'underpaid');
+  const cells = (h.output[1] ?? '').split(/\s+/);
+  t.equal(cells[4], '0.40', 'RECEIVED');
+  const column = cells.at(-1) as string;
+  t.equal(column, fingerprint(h.handle));
+  h.output.length = 0;
+  await showHandle(h.context, column);
+  t.match(h.output[0], new RegExp(`^fingerprint\\s+${column.replace(/\./g, '\\.')}$`), 'handle show finds the handle from the listing');
 });

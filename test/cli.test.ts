@@ -27,7 +27,8 @@ tools:
   fetch_readable: { sku: research, cost: 1 }
 `;
 const INVALID = 'upstream:\n  url: http://127.0.0.1:3001/mcp\nskus:\n  research: { label: R, amount: 5, currency: USDC, credits: 250 }\n';
-const ENV = { UPSTREAM_TOKEN: 'upstream-token-value', MOOVE_API_KEY: 'sk_live_key_value' };
+// XDG_STATE_HOME: the admin verbs look for a memory-store gateway's admin socket there (none runs in this file).
+const ENV = { UPSTREAM_TOKEN: 'upstream-token-value', MOOVE_API_KEY: 'sk_live_key_value', XDG_STATE_HOME: dir };
 
 function configFile(name: string, text: string): string {
   const file = join(dir, name);
@@ -90,7 +91,7 @@ const echoRuns: Record<string, { args: string[]; code: number; echoesFingerprint
   'a handle as an unknown flag': { args: ['handle', 'show', `--${H}`, '--config', validFile], code: 2, echoesFingerprint: true },
   'a handle as an unknown flag=value': { args: ['handle', 'show', H, `--x=${H}`, '--config', validFile], code: 2, echoesFingerprint: false },
   'a handle as the config file': { args: ['handle', 'show', H, '--config', H], code: 1, echoesFingerprint: true },
-  'an unknown handle to handle show': { args: ['handle', 'show', H, '--config', validFile], code: 1, echoesFingerprint: true },
+  'an unknown handle to handle show (no gateway runs the memory store)': { args: ['handle', 'show', H, '--config', validFile], code: 1, echoesFingerprint: false },
   'a handle with a suffix, taken as a fingerprint': { args: ['handle', 'show', `${H}..abcd`, '--config', validFile], code: 1, echoesFingerprint: false },
 };
 const echoResults = Object.fromEntries(Object.entries(echoRuns).map(([name, { args }]) => [name, tollbooth(args, ENV)]));
@@ -165,10 +166,12 @@ t.test('an admin verb without its argument is a usage error, exit 2', async (t) 
   t.match(run.stderr, 'expected <handle|fingerprint>, got none');
 });
 
-t.test('charges list against the configured (memory) store, exit 0', async (t) => {
+t.test('charges list on the memory store with no gateway running says where the store lives, exit 1', async (t) => {
   const run = await runs.chargesList;
-  t.equal(run.code, 0, run.stderr);
-  t.equal(run.stdout, 'no pending charges\n');
+  t.equal(run.code, 1, run.stderr);
+  t.equal(run.stdout, '');
+  t.match(run.stderr, `${validFile} uses the memory store, which lives inside the gateway process, and no gateway is running with this config (no admin socket at ${join(dir, 'tollbooth', 'admin-8080.sock')})`);
+  t.match(run.stderr, 'use a shared store (store.type: redis)');
 });
 
 t.test('credits grant with a bad credit count is a usage error, an unknown handle exit 1', async (t) => {
@@ -177,7 +180,7 @@ t.test('credits grant with a bad credit count is a usage error, an unknown handl
   t.match(bad.stderr, '--credits must be a positive integer');
   const unknown = await runs.grantUnknownHandle;
   t.equal(unknown.code, 1);
-  t.match(unknown.stderr, 'no live handle tb_s_');
+  t.match(unknown.stderr, 'uses the memory store, which lives inside the gateway process', 'valid arguments, then the store: no gateway runs it');
   t.notMatch(unknown.stderr, unknownHandle);
 });
 
@@ -227,8 +230,21 @@ t.test('no usage or error message of any verb echoes a handle argument; the fing
   }
 });
 
-t.test('a fingerprint argument is echoed as it is (it is what operators copy from the logs)', async (t) => {
-  const run = await tollbooth(['handle', 'show', 'tb_s_KLeV..EPcw', '--config', validFile], ENV);
-  t.equal(run.code, 1);
-  t.match(run.stderr, 'no live handle tb_s_KLeV..EPcw');
+
+t.test('start --help prints the start flags on stdout, exit 0, and starts nothing', async (t) => {
+  const run = await tollbooth(['start', '--help']);
+  t.equal(run.code, 0, run.stderr);
+  t.match(run.stdout, /^usage: tollbooth start \[--config FILE\] \[--port N\] \[--admin-socket PATH\]/);
+  t.match(run.stdout, /--port N\s+listen on port N instead of server\.port/);
+  t.match(run.stdout, /npm start -- --port N/);
+  const short = await tollbooth(['start', '-h']);
+  t.equal(short.stdout, run.stdout);
+});
+
+t.test('start --port with something that is not a port is a usage error, exit 2', async (t) => {
+  for (const port of ['http', '70000', '-1']) {
+    const run = await tollbooth(['start', '--port', port, '--config', validFile], ENV);
+    t.equal(run.code, 2, `--port ${port}`);
+    t.match(run.stderr, /--port must be a port number from 0 to 65535|'--port' argument is ambiguous/);
+  }
 });

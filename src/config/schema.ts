@@ -265,7 +265,9 @@ const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst:
 
 // ── tracing (SPEC §17): OpenTelemetry spans over OTLP/HTTP, off while otlpEndpoint is empty ─────────
 // otlpEndpoint is a base URL as OTEL_EXPORTER_OTLP_ENDPOINT: spans go to {base}/v1/traces.
+// exporter console: one JSON span per line on stderr, for seeing spans without a collector (otlpEndpoint unused).
 const tracingSchema = z.strictObject({
+  exporter: z.enum(['otlp', 'console'], 'otlp (spans to otlpEndpoint; off while it is "") or console (one JSON span per line on stderr)').default('otlp'),
   otlpEndpoint: z
     .string('an absolute http(s) base URL of an OTLP/HTTP collector, or "" for off')
     .refine((value) => value === '' || isHttpUrl(value), 'an absolute http(s) base URL of an OTLP/HTTP collector (spans go to {base}/v1/traces), or "" for off')
@@ -322,6 +324,8 @@ export const configSchema = z
     tracing: tracingSchema.prefault({}),
     metrics: z.strictObject({ enabled: z.boolean().default(true), path: z.string().regex(/^\//, 'a path starting with "/"').default('/metrics') }).prefault({}),
     logging: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).prefault({}),
+    // The admin channel of a memory-store gateway (src/admin-channel.ts): "" = admin-<port>.sock in the state dir.
+    admin: z.strictObject({ socket: z.string('a Unix socket path, or "" for admin-<port>.sock in $XDG_STATE_HOME/tollbooth (else ~/.local/state/tollbooth)').default('') }).prefault({}),
     // SPEC §17: how long ledger entries outlive their handle.
     ledger: z.strictObject({ retention: duration.refine((ms) => ms >= 86_400_000, 'a duration of at least 1d').default(400 * 86_400_000) }).prefault({}),
   })

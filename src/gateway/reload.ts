@@ -28,12 +28,14 @@ export const RESTART_ONLY: readonly (readonly string[])[] = [
   ['ledger'],
   ['tracing'],
   ['logging'],
+  ['admin'],
 ];
 
-export function prepareReload(running: GatewayConfig, file: string, env: Record<string, string | undefined> = process.env): ReloadOutcome {
+export function prepareReload(running: GatewayConfig, file: string, env: Record<string, string | undefined> = process.env, adjust: (config: GatewayConfig) => GatewayConfig = (config) => config): ReloadOutcome {
   let next: GatewayConfig;
   try {
-    next = loadConfig(file, env);
+    // `adjust`: the start's command-line overrides (--port), applied to every reload as at the start.
+    next = adjust(loadConfig(file, env));
   } catch (error) {
     const message = (error as Error).message;
     // load.ts reports "<file>:<line>:<col> <path>: expected …" first; the log line carries where.

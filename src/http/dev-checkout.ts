@@ -9,8 +9,8 @@
 import type { FastifyInstance } from 'fastify';
 import { GatewayError } from '../errors.js';
 import { sendErrorReply } from '../io/error-reply.js';
-import type { Store } from '../store/store.js';
-import { isDecimalString } from '../money/decimal.js';
+import type { DevLink, Store } from '../store/store.js';
+import { compareDecimal, isDecimalString, parseDecimal } from '../money/decimal.js';
 import { DEV_CHECKOUT_PREFIX } from '../payments/dev.js';
 
 const escapeHtml = (text: string): string =>
@@ -44,7 +44,7 @@ export function registerDevCheckout(app: FastifyInstance, deps: DevCheckoutDeps)
   <dt>Price</dt><dd id="amount">${escapeHtml(link.amount)} ${escapeHtml(link.currency)}</dd>
   <dt>Credits</dt><dd id="credits">${link.credits}</dd>
 </dl>`;
-    if (link.status === 'completed') return reply.send(page(title, `${summary}<p role="status" id="status">Paid. You can return to your assistant and tell it you have paid.</p>`));
+    if (link.status === 'completed') return reply.send(page(title, `${summary}${await paidReport(deps.store, link)}`));
     if (expired || link.status === 'expired') return reply.code(410).send(page(title, `${summary}<p role="status" id="status">This checkout link has expired. Ask your assistant to try again for a new link.</p>`));
     return reply.send(
       page(
@@ -74,6 +74,52 @@ export function registerDevCheckout(app: FastifyInstance, deps: DevCheckoutDeps)
     await deps.onPaid?.(link.id).catch(() => undefined);
     return reply.code(303).header('location', `${DEV_CHECKOUT_PREFIX}${encodeURIComponent(link.id)}`).send();
   });
+}
+
+/**
+ * What the payer sees once the link is paid. A full payment says "Paid."; a short one says what was
+ * received, what the settlement granted (the charge's outcome: pro rata credits, or nothing below the
+ * minimum fraction) and what is still due, and how to pay it: a link takes one payment, so the rest is
+ * paid on the new link the assistant's next call shows. Before this page the payer saw "Paid." whatever
+ * arrived, and the reason reached only the agent's structured data.
+ */
+async function paidReport(store: Store, link: DevLink): Promise<string> {
+  const charge = await store.findChargeByRef(link.id).catch(() => null);
+  const received = link.receivedAmount ?? charge?.receivedAmount ?? null;
+  const money = (amount: string): string => `${escapeHtml(amount)} ${escapeHtml(link.currency)}`;
+  const receivedRow = received === null ? '' : `\n  <dt>Received</dt><dd id="received-amount">${money(received)}</dd>`;
+  const short = received !== null && compareDecimal(received, link.amount) < 0;
+  if (!short || charge === null || (charge.status !== 'settled' && charge.status !== 'underpaid') || charge.grantedCredits >= charge.credits) {
+    const rows = receivedRow === '' ? '' : `<dl>${receivedRow}\n</dl>`;
+    return `${rows}<p role="status" id="status">Paid. You can return to your assistant and tell it you have paid.</p>`;
+  }
+  const granted = charge.grantedCredits;
+  if (charge.status === 'underpaid') {
+    // Below the minimum fraction: nothing granted, the charge left for the operator (never re-shown as payable).
+    return `<dl>${receivedRow}
+  <dt>Credits granted</dt><dd id="granted">none</dd>
+  <dt>Still due</dt><dd id="due">${money(link.amount)} for ${link.credits} credits</dd>
+</dl>
+<p role="status" id="status">Underpaid: ${money(received)} of ${money(link.amount)} arrived, too little for any credits.</p>
+<p id="next">This link takes one payment. To pay, return to your assistant and tell it you have paid: it will show a new checkout link for ${money(link.amount)}. The ${money(received)} received here is recorded on this charge for the operator, who can credit or refund it.</p>`;
+  }
+  const due = amountLeft(link.amount, received);
+  return `<dl>${receivedRow}
+  <dt>Credits granted</dt><dd id="granted">${granted} of ${link.credits}</dd>
+  <dt>Still due</dt><dd id="due">${money(due)} for the other ${link.credits - granted} credits</dd>
+</dl>
+<p role="status" id="status">Partly paid: ${money(received)} of ${money(link.amount)} arrived, so ${granted} of ${link.credits} credits were granted.</p>
+<p id="next">This link takes one payment, so the rest cannot be paid here. Return to your assistant and tell it you have paid: it can use the ${granted} credit${granted === 1 ? '' : 's'} now, and when it needs more it shows a new checkout link for a full pack (${money(link.amount)}, ${link.credits} credits).</p>`;
+}
+
+/** `amount − received` (received below amount), with the decimals of the longer of the two. */
+function amountLeft(amount: string, received: string): string {
+  const a = parseDecimal(amount);
+  const r = parseDecimal(received);
+  const scale = Math.max(a.scale, r.scale);
+  const left = a.units * 10n ** BigInt(scale - a.scale) - r.units * 10n ** BigInt(scale - r.scale);
+  const digits = left.toString().padStart(scale + 1, '0');
+  return scale === 0 ? digits : `${digits.slice(0, -scale)}.${digits.slice(-scale)}`;
 }
 
 /** The serialised origin of an Origin header value, or null for "null" and anything unparseable. */

@@ -1,6 +1,7 @@
 // Every metric name the gateway exports, declared once (SPEC §10). Labels are declared up front and
 // carry only bounded values: method names from a fixed list, tool/SKU names from the config.
 import client from 'prom-client';
+import { withBudget } from '../io/budget.js';
 
 // 0.25 ms … 30 s
 const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -44,7 +45,7 @@ export interface Metrics {
   providerRequests: client.Counter<'op' | 'status'>;
   storeErrors: client.Counter<'op'>;
   authFailures: client.Counter<'reason'>;
-  /** Set to 1 when a store ping succeeds, 0 when it fails (alert TollboothRedisDown). */
+  /** Collected at scrape time: 1 when a store ping answers within STORE_UP_PING_MS, else 0 (alert TollboothRedisDown). */
   storeUp: client.Gauge;
   /** Set to the unix time (seconds) at the end of every reconciler pass this replica ran. */
   reconcilerLastRun: client.Gauge;
@@ -63,11 +64,15 @@ export interface Metrics {
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
 
+/** The bound on tollbooth_store_up's scrape-time ping: as /readyz's, so a hung store cannot hold a scrape. */
+export const STORE_UP_PING_MS = 500;
+
 /**
  * One registry per gateway instance (tests build several in one process).
- * @param countPending read at scrape time for tollbooth_pending_charges (and tollbooth_store_up)
+ * @param countPending read at scrape time for tollbooth_pending_charges
+ * @param pingStore run at scrape time for tollbooth_store_up (default: countPending)
  */
-export function createMetrics(countPending: () => Promise<number>): Metrics {
+export function createMetrics(countPending: () => Promise<number>, pingStore: () => Promise<unknown> = countPending): Metrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
   // promtool rejects the nodejs_active_*_total gauges (a _total suffix on a gauge).
@@ -75,7 +80,21 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     registry.removeSingleMetric(name);
   }
   const registers = [registry];
-  const storeUp = new client.Gauge({ name: 'tollbooth_store_up', help: 'Whether the store answered its last ping (1) or not (0).', registers });
+  // Collected by the scrape itself: the first scrape of a healthy gateway says 1, and an outage shows on the
+  // scrape that follows it (a value set by another metric's collect would come out one scrape late).
+  const storeUp = new client.Gauge({
+    name: 'tollbooth_store_up',
+    help: 'Whether the store answered a ping made by this scrape (1) or not (0).',
+    registers,
+    async collect() {
+      try {
+        await withBudget(pingStore(), STORE_UP_PING_MS, 'store ping timed out');
+        this.set(1);
+      } catch {
+        this.set(0);
+      }
+    },
+  });
   return {
     registry,
     mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by endpoint, method, era and HTTP status class (2xx … 5xx).', labelNames: ['server', 'method', 'era', 'status'], registers }),
@@ -89,12 +108,10 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
       help: 'Charges waiting for payment (read from the store at scrape time).',
       registers,
       async collect() {
-        // The scrape-time store read doubles as the store's health signal.
         try {
           this.set(await countPending());
-          storeUp.set(1);
         } catch {
-          storeUp.set(0); // keep the last pending count
+          // keep the last pending count; tollbooth_store_up says the store is down
         }
       },
     }),

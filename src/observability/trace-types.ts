@@ -1,6 +1,10 @@
 // The shapes of tracing (SPEC §17) that tracing.ts (what the request path calls) and tracing-sdk.ts
 // (the OpenTelemetry side, imported only when tracing is on) share, so neither imports the other's types.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
+
+/** Where finished spans go instead of the configured exporter (tests: an in-memory collector). A type only: importing it loads nothing. */
+export type { SpanExporter };
 
 /** What the classified body says about a POST (mcp/classify.ts's ClassifiedBody has these). */
 export interface DescribedBody {

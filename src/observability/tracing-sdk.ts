@@ -1,4 +1,4 @@
-// The OpenTelemetry side of tracing.ts, imported only when `tracing.otlpEndpoint` is set (SPEC §17).
+// The OpenTelemetry side of tracing.ts, imported only when tracing is on (SPEC §17).
 // The official pieces: a BasicTracerProvider with ParentBased(TraceIdRatioBased(sampleRatio)), a
 // BatchSpanProcessor (bounded queue; export never on the request path) in front of the OTLP/HTTP
 // exporter, the W3C trace-context propagator, and the async-hooks context manager so that store and
@@ -16,7 +16,7 @@ import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-ho
 import { setGlobalErrorHandler, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler } from '@opentelemetry/sdk-trace-base';
+import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type SpanExporter } from '@opentelemetry/sdk-trace-base';
 import {
   ATTR_ERROR_TYPE,
   ATTR_HTTP_REQUEST_METHOD,
@@ -29,6 +29,7 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import { systemClock } from '../clock.js';
 import type { TracingConfig } from '../config/schema.js';
+import { JsonLinesSpanExporter } from './console-exporter.js';
 import type { Logger } from './logger.js';
 import type { PaidOutcome } from './metrics.js';
 import type { DescribedBody, DispatchCallback, ForwardedRequest, RequestTrace, TraceableProvider, Tracing } from './trace-types.js';
@@ -51,10 +52,11 @@ const REQUEST_TRACE = createContextKey('tollbooth.request-trace');
 
 let contextManagerInstalled = false;
 
-export function createTracing(config: TracingConfig, logger: Logger): Tracing {
+/** `given` (tests) replaces the exporter `tracing.exporter` names: OTLP/HTTP to otlpEndpoint, or JSON lines on stderr. */
+export function createTracing(config: TracingConfig, logger: Logger, given?: SpanExporter): Tracing {
   installContextManager();
   reportExportFailures(logger);
-  const exporter = new OTLPTraceExporter({ url: tracesUrl(config.otlpEndpoint), timeoutMillis: EXPORT_TIMEOUT_MS });
+  const exporter = given ?? (config.exporter === 'console' ? new JsonLinesSpanExporter() : new OTLPTraceExporter({ url: tracesUrl(config.otlpEndpoint), timeoutMillis: EXPORT_TIMEOUT_MS }));
   const provider = new BasicTracerProvider({
     resource: defaultResource().merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: config.serviceName, [ATTR_SERVICE_VERSION]: packageVersion() })),
     sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(config.sampleRatio) }),
@@ -237,7 +239,9 @@ class ServerRequestTrace implements RequestTrace {
         span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, data.statusCode);
         if (data.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
         // The upstream's part ends when its reply has been read to the end (relayed, or read for the conclusion) or cut.
-        data.body.once('error', (bodyError: unknown) => failed(span, bodyError));
+        data.body.once('error', (bodyError: unknown) => {
+          if (!stoppedByReader(bodyError)) failed(span, bodyError);
+        });
         data.body.once('close', () => span.end());
       }
       callback(error, data);
@@ -282,6 +286,18 @@ class ServerRequestTrace implements RequestTrace {
     this.#pending -= 1;
     if (this.#pending === 0) this.#span.end();
   }
+}
+
+/**
+ * The gateway's own reader stopped reading the body: a priced call's event stream once its result was read
+ * (proxy/priced-call.ts returns from a `for await` over the body, and Node destroys a stream left that way
+ * with its AbortError, code ABORT_ERR). The upstream did its part; a served paid call must not show ERROR.
+ * undici's failures (UND_ERR_*, socket errors) and the gateway's aborts through the call's signal
+ * (UpstreamAbort: deadline, client gone, bad response) are other errors and stay ERROR.
+ */
+function stoppedByReader(error: unknown): boolean {
+  const candidate = error as { name?: unknown; code?: unknown } | null;
+  return candidate?.name === 'AbortError' && candidate.code === 'ABORT_ERR';
 }
 
 /** ERROR status and `error.type` from the error's stable code (or kind, or class name); never its message. */

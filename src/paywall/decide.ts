@@ -160,19 +160,21 @@ export class Paywall {
   async #finalMessage(priced: PricedCall, outcome: CallOutcome, succeeded: boolean, settled: Settled): Promise<JsonRpcResponse | null> {
     const id = priced.call.request.id ?? null;
     const { sku, cost } = priced.price;
+    // A refunded call's refusal says what the handle holds now, as a receipt would (the agent need not call again to learn it).
+    const refund = settled.state === 'released' && settled.remaining !== null ? { details: { sku, remaining: settled.remaining } } : {};
     switch (outcome.kind) {
       case 'answered':
         if (!succeeded) return outcome.message; // an error or isError result carries nothing to withhold
         if (settled.state === 'committed') return withReceipt(outcome.message, { sku, cost, remaining: settled.remaining });
         if (settled.state === 'unknown') return { jsonrpc: '2.0', id, result: refusalResult('payments_unavailable', await priced.resultShape()) };
         // Released before this result arrived (the deadline, on this replica or the reconciler's sweep).
-        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) };
+        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape(), refund) };
       case 'http_refusal':
         return null;
       case 'deadline':
-        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape(), settled.state === 'committed' ? { text: DEADLINE_CHARGED } : {}) };
+        return { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape(), settled.state === 'committed' ? { text: DEADLINE_CHARGED } : refund) };
       case 'failed':
-        return { jsonrpc: '2.0', id, result: refusalResult('upstream_unavailable', await priced.resultShape(), settled.state === 'committed' ? { text: FAILED_CHARGED } : {}) };
+        return { jsonrpc: '2.0', id, result: refusalResult('upstream_unavailable', await priced.resultShape(), settled.state === 'committed' ? { text: FAILED_CHARGED } : refund) };
     }
   }
 

@@ -133,6 +133,7 @@ export class MemoryStore implements Store {
       balances: Object.fromEntries(handle.balances),
       funded: Object.fromEntries([...handle.funded].map((sku) => [sku, true])),
       expiresAt: handle.expiresAt,
+      fingerprint: handle.fingerprint,
     };
   }
 

@@ -106,7 +106,7 @@ export class RedisStore implements Store {
     const fields = await this.call('getHandle', () => this.client.hgetall(this.keys.handle(handleHash).handle));
     const expiresAt = Number(fields.x);
     if (!(expiresAt > this.now())) return null;
-    const state: HandleState = { principal: fields.p ?? null, balances: {}, funded: {}, expiresAt };
+    const state: HandleState = { principal: fields.p ?? null, balances: {}, funded: {}, expiresAt, ...(fields.fp ? { fingerprint: fields.fp } : {}) };
     for (const [field, value] of Object.entries(fields)) {
       if (field.startsWith('b:')) state.balances[field.slice(2)] = Number(value);
       else if (field.startsWith('f:')) state.funded[field.slice(2)] = true;

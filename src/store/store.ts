@@ -47,6 +47,8 @@ export interface HandleState {
   balances: Record<string, number>; // available credits per SKU (reservations already taken out)
   funded: Record<string, boolean>; // true once any settlement granted credits for that SKU
   expiresAt: number;
+  /** The handle's fingerprint as logged (`tb_s_KLeV..EPcw`), for operator listings; absent when a store does not keep it. */
+  fingerprint?: string;
 }
 
 export interface NewHandle {

@@ -43,6 +43,7 @@ export const LAYERS: Readonly<Record<string, number | 'island'>> = {
   server: 8,
   gateway: 8,
   admin: 8,
+  'admin-channel': 8, // src/admin-channel.ts: the admin verbs over a memory-store gateway's Unix socket
   // 9: running one: store, upstream, provider, listen, signals
   start: 9,
   // 10: the command line

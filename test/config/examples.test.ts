@@ -1,5 +1,5 @@
 // config/examples/: every example is accepted by `tollbooth check`; two-servers.yaml runs as written
-// (the research server over HTTP at the default endpoint, its stdio build at /mcp/local).
+// (the research server over HTTP at the default endpoint, its stdio build at /local/mcp).
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -36,7 +36,7 @@ t.test('two-servers.yaml: both endpoints serve their own server, priced as writt
   const { port } = new URL(gateway.url);
 
   const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' };
-  const init = await fetch(`http://127.0.0.1:${port}/mcp/local`, {
+  const init = await fetch(`http://127.0.0.1:${port}/local/mcp`, {
     method: 'POST',
     headers,
     body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'examples', version: '1' } } }),
@@ -51,5 +51,5 @@ t.test('two-servers.yaml: both endpoints serve their own server, priced as writt
     return Object.fromEntries(message.result.tools.map((tool) => [tool.name, tool._meta?.['xyz.tollbooth/price']?.cost ?? 0]));
   };
   t.match(await list('/mcp'), { fetch_readable: 1, extract_tables: 2, inspect_domain: 0 }, 'the default endpoint prices its tools');
-  t.match(await list('/mcp/local', session ? { 'mcp-session-id': session } : {}), { fetch_readable: 2, extract_tables: 0, inspect_domain: 1 }, '/mcp/local prices its own');
+  t.match(await list('/local/mcp', session ? { 'mcp-session-id': session } : {}), { fetch_readable: 2, extract_tables: 0, inspect_domain: 1 }, '/local/mcp prices its own');
 });

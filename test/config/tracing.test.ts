@@ -19,10 +19,11 @@ function refusal(text: string): string {
 }
 
 t.test('off by default, with the defaults of §17', async (t) => {
-  t.same(parse(yaml()).tracing, { otlpEndpoint: '', serviceName: 'tollbooth', sampleRatio: 1 });
+  t.same(parse(yaml()).tracing, { exporter: 'otlp', otlpEndpoint: '', serviceName: 'tollbooth', sampleRatio: 1 });
   t.equal(parse(yaml('tracing:', '  otlpEndpoint: ${OTEL_EXPORTER_OTLP_ENDPOINT:-}')).tracing.otlpEndpoint, '', 'an unset variable keeps it off');
   t.equal(parse(yaml('tracing:', '  otlpEndpoint: ${OTEL_EXPORTER_OTLP_ENDPOINT:-}'), { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing.otlpEndpoint, 'http://collector:4318');
-  t.same(parse(yaml('tracing: { otlpEndpoint: "https://otlp.example/tenant", serviceName: gw-eu, sampleRatio: 0.25 }')).tracing, { otlpEndpoint: 'https://otlp.example/tenant', serviceName: 'gw-eu', sampleRatio: 0.25 });
+  t.same(parse(yaml('tracing: { otlpEndpoint: "https://otlp.example/tenant", serviceName: gw-eu, sampleRatio: 0.25 }')).tracing, { exporter: 'otlp', otlpEndpoint: 'https://otlp.example/tenant', serviceName: 'gw-eu', sampleRatio: 0.25 });
+  t.equal(parse(yaml('tracing: { exporter: console }')).tracing.exporter, 'console', 'the console exporter needs no endpoint');
 });
 
 t.test('what is refused, and how it is said', async (t) => {
@@ -33,6 +34,7 @@ t.test('what is refused, and how it is said', async (t) => {
   t.match(refusal(yaml('tracing: { sampleRatio: "half" }')), /tracing\.sampleRatio: expected a fraction from 0 to 1/);
   t.match(refusal(yaml('tracing: { serviceName: "" }')), /tracing\.serviceName: expected a non-empty service name/);
   t.match(refusal(yaml('tracing: { endpoint: "http://c:4318" }')), /tracing/, 'an unknown key is refused');
+  t.match(refusal(yaml('tracing: { exporter: stdout }')), /tracing\.exporter: expected otlp .* or console/);
 });
 
 t.test('tollbooth check masks a password or token in the endpoint', async (t) => {

@@ -6,6 +6,7 @@ import type { Clock } from '../../src/clock.js';
 import { waitFor } from './clock.js';
 import { configSchema, type ConfigInput, type GatewayConfig } from '../../src/config/schema.js';
 import { createLogger } from '../../src/observability/logger.js';
+import type { SpanExporter } from '../../src/observability/tracing.js';
 import { runGateway, type RunningGateway } from '../../src/start.js';
 
 export interface TestGateway extends RunningGateway {
@@ -44,8 +45,9 @@ export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> 
 /**
  * Starts a gateway; it is closed when the test ends. Port 0 (the default) binds any free port; publicUrl
  * then follows the bound port unless the config sets one. `clock`: a test clock (helpers/clock.ts).
+ * `spanExporter`: tracing on, finished spans there (an InMemorySpanExporter) instead of the configured exporter.
  */
-export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock } = {}): Promise<TestGateway> {
+export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock; spanExporter?: SpanExporter } = {}): Promise<TestGateway> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -55,7 +57,7 @@ export async function startTestGateway(t: Test, input: ConfigInput, options: { c
   });
   const config = configSchema.parse({ ...input, server: { ...input.server, port: input.server?.port ?? 0 } });
   const logger = createLogger(config.logging.level, sink);
-  const running = await runGateway(config, { logger, clock: options.clock });
+  const running = await runGateway(config, { logger, clock: options.clock, spanExporter: options.spanExporter });
   t.teardown(() => running.close());
   return {
     ...running,

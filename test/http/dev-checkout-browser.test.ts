@@ -1,7 +1,8 @@
 // The dev checkout page in a real headless Chromium (SPEC §7.3, §15): the payer opens the challenge's
 // link, sees label, amount and credits, finds the controls by their accessible names, pays, and the
 // agent's retry then runs. The amount field drives underpayment: 0.40 of 5.00 → underpaid (new link),
-// 2.50 → pro rata 1 credit of 3 (partial).
+// 2.50 → pro rata 1 credit of 3 (partial); the page then says what was received, what was granted, what
+// is still due and how to pay it, while the agent's challenge text stays the template.
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
@@ -92,18 +93,36 @@ t.test('the payer sees label, amount and credits, pays with the labelled button,
 
 t.test('underpaying 0.40 of 5.00 → underpaid with a new link; paying 2.50 there → 1 credit (partial)', async (t) => {
   const { call, metrics } = await agent(t);
-  const first = challengeOf(await call({ url: 'u' }));
+  const firstResult = await call({ url: 'u' });
+  const first = challengeOf(firstResult);
   const token = first.retry.value;
 
   const page = await openPage(t, first.checkoutUrl);
   await payOnPage(page, '0.40');
-  const underpaid = challengeOf(await call({ url: 'u', tollboothToken: token }));
-  t.equal(underpaid.reason, 'underpaid');
+  // The payer is told what arrived, what it bought and what is still due, and how to pay it.
+  t.equal(await page.getByRole('status').textContent(), 'Underpaid: 0.40 USDC of 5.00 USDC arrived, too little for any credits.');
+  t.equal(await page.locator('#received-amount').textContent(), '0.40 USDC', 'what was received');
+  t.equal(await page.locator('#granted').textContent(), 'none', 'what was granted');
+  t.equal(await page.locator('#due').textContent(), '5.00 USDC for 3 credits', 'what is still due');
+  t.match(await page.locator('#next').textContent(), /return to your assistant and tell it you have paid: it will show a new checkout link for 5\.00 USDC/, 'how to pay it');
+  t.notMatch(await page.locator('main').textContent(), /Paid\./, 'no "Paid." for an underpayment');
+  const underpaidResult = await call({ url: 'u', tollboothToken: token });
+  const underpaid = challengeOf(underpaidResult);
+  t.equal(underpaid.reason, 'underpaid', 'the reason stays in _meta');
   t.not(underpaid.checkoutUrl, first.checkoutUrl, 'a NEW link');
   t.equal(underpaid.retry.value, token, 'on the same handle');
+  // The agent's text is the challenge template, word for word: only the link differs from a first challenge's.
+  const textOf = (result: Json): string => (result.content as { text: string }[])[0]?.text ?? '';
+  t.equal(textOf(underpaidResult), textOf(firstResult).replace(first.checkoutUrl, underpaid.checkoutUrl));
+  t.notMatch(textOf(underpaidResult), /underpaid/i, 'the reason is not in the text');
 
   const second = await openPage(t, underpaid.checkoutUrl);
   await payOnPage(second, '2.50');
+  t.equal(await second.getByRole('status').textContent(), 'Partly paid: 2.50 USDC of 5.00 USDC arrived, so 1 of 3 credits were granted.');
+  t.equal(await second.locator('#received-amount').textContent(), '2.50 USDC');
+  t.equal(await second.locator('#granted').textContent(), '1 of 3');
+  t.equal(await second.locator('#due').textContent(), '2.50 USDC for the other 2 credits');
+  t.match(await second.locator('#next').textContent(), /it can use the 1 credit now, and when it needs more it shows a new checkout link for a full pack \(5\.00 USDC, 3 credits\)/);
   const partial = await call({ url: 'u', tollboothToken: token });
   t.not(partial.isError, true);
   t.same(partial._meta['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 0 }, 'floor(3 × 2.50 / 5.00) = 1 credit');

@@ -59,7 +59,7 @@ t.test('charge success: a transport failure becomes upstream_unavailable and the
   const { gateway, handle } = await gatewayWithCredits(t, {}, `http://127.0.0.1:${(resetter.address() as AddressInfo).port}/mcp`);
   const reply = await callTool(gateway, 'fetch_readable', { url: 'u', tollboothToken: handle });
   t.equal(reply.result.isError, true);
-  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'upstream_unavailable' });
+  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'upstream_unavailable', sku: 'research', remaining: 3 }, 'the refusal says what the handle holds after the refund');
   t.equal(await balance(gateway, handle), 3);
 });
 
@@ -69,7 +69,7 @@ t.test('charge success: an upstream 5xx becomes upstream_unavailable and the cre
   t.teardown(() => new Promise<void>((resolve) => failing.close(() => resolve())));
   const { gateway, handle } = await gatewayWithCredits(t, {}, `http://127.0.0.1:${(failing.address() as AddressInfo).port}/mcp`);
   const reply = await callTool(gateway, 'fetch_readable', { url: 'u', tollboothToken: handle });
-  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'upstream_unavailable' });
+  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'upstream_unavailable', sku: 'research', remaining: 3 });
   t.notMatch(JSON.stringify(reply), /maintenance/, 'the upstream body is not relayed on a priced call');
   t.equal(await balance(gateway, handle), 3);
 });
@@ -80,7 +80,7 @@ t.test('charge success: at the deadline the call is refused deadline_exceeded an
   const reply = await callTool(gateway, 'slow', { ms: 5_000, tollboothToken: handle });
   // Under the tool's 5 s, with room for a loaded machine (quiet: ~0.4 s): at the deadline, not at the tool's end.
   t.ok(Date.now() - started < 4_500, 'answered at the deadline, not when the tool finished');
-  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'deadline_exceeded' });
+  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'deadline_exceeded', sku: 'research', remaining: 3 }, 'the refunded credit is in remaining');
   t.match(reply.result.content[0].text, /refunded/);
   t.equal(await balance(gateway, handle), 3);
 });
@@ -107,6 +107,6 @@ t.test('charge attempt: an upstream that was never reached refunds', async (t) =
   await new Promise<void>((resolve) => dead.close(() => resolve()));
   const { gateway, handle } = await gatewayWithCredits(t, { tools: { fetch_readable: { sku: 'research', cost: 1, charge: 'attempt' } } }, `http://127.0.0.1:${port}/mcp`);
   const reply = await callTool(gateway, 'fetch_readable', { url: 'u', tollboothToken: handle });
-  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'upstream_unavailable' });
+  t.same(reply.result._meta['xyz.tollbooth/refusal'], { reason: 'upstream_unavailable', sku: 'research', remaining: 3 });
   t.equal(await balance(gateway, handle), 3);
 });
