@@ -53,6 +53,8 @@ export interface Metrics {
   configReloads: client.Counter<'result'>;
   /** 1 for the sha256 prefix of the effective config this process runs (one series at a time). */
   configInfo: client.Gauge<'sha'>;
+  /** SPEC §21: money writes acted on without the replicas `store.redis.durability: replicated` asked for, by kind (read from the store at scrape time). */
+  storeUnreplicatedWrites: client.Counter<'op'>;
 }
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
@@ -60,8 +62,9 @@ export type ReloadResult = 'success' | 'invalid' | 'refused';
 /**
  * One registry per gateway instance (tests build several in one process).
  * @param countPending read at scrape time for tollbooth_pending_charges (and tollbooth_store_up)
+ * @param unreplicatedWrites read at scrape time: the store's running totals by kind (SPEC §21)
  */
-export function createMetrics(countPending: () => Promise<number>): Metrics {
+export function createMetrics(countPending: () => Promise<number>, unreplicatedWrites: () => Record<string, number> = () => ({})): Metrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
   // promtool rejects the nodejs_active_*_total gauges (a _total suffix on a gauge).
@@ -69,6 +72,7 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     registry.removeSingleMetric(name);
   }
   const registers = [registry];
+  const unreplicatedCounted = new Map<string, number>();
   const storeUp = new client.Gauge({ name: 'tollbooth_store_up', help: 'Whether the store answered its last ping (1) or not (0).', registers });
   return {
     registry,
@@ -101,5 +105,19 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
     configReloads: new client.Counter({ name: 'tollbooth_config_reloads_total', help: 'Config reloads on SIGHUP, by result (success, invalid, refused).', labelNames: ['result'], registers }),
     configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
+    storeUnreplicatedWrites: new client.Counter({
+      name: 'tollbooth_store_unreplicated_writes_total',
+      help: 'Money writes WAIT did not see on enough replicas (store.redis.durability: replicated), by kind: charge, claim, commit, adjust, expire, x402_claim, x402_settle.',
+      labelNames: ['op'],
+      registers,
+      collect() {
+        // The store keeps running totals; the counter catches up with them at each scrape.
+        for (const [op, total] of Object.entries(unreplicatedWrites())) {
+          const counted = unreplicatedCounted.get(op) ?? 0;
+          if (total > counted) this.inc({ op }, total - counted);
+          unreplicatedCounted.set(op, Math.max(total, counted));
+        }
+      },
+    }),
   };
 }

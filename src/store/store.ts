@@ -179,6 +179,8 @@ export interface Store {
 
   ping(): Promise<void>;
   close(): Promise<void>;
+  /** SPEC §21: writes acted on without the replicas durability asked for, by kind, since opened (Redis with durability replicated). */
+  unreplicatedWrites?(): Record<string, number>;
 
   // ── ledger (SPEC §17; README.md beside this file, "Ledger") ─────────────────────────────────────
   /**
