@@ -139,9 +139,11 @@ export interface SentinelSet {
  */
 export async function startSentinelSet(options: { replicas?: number; sentinels?: number; masterName?: string } = {}): Promise<SentinelSet> {
   const masterName = options.masterName ?? 'tbfail';
-  const primary = await startRedis();
+  // With persistence, as in production: a node restarted without it comes back empty, and an empty
+  // node taken for a primary (or synced from) wipes the data set — a different failure than the one tested.
+  const primary = await startRedis({ persist: true });
   const nodes = [primary];
-  for (let i = 0; i < (options.replicas ?? 2); i++) nodes.push(await startRedis({ replicaOf: primary.port }));
+  for (let i = 0; i < (options.replicas ?? 2); i++) nodes.push(await startRedis({ persist: true, replicaOf: primary.port }));
   const count = options.sentinels ?? 3;
   const quorum = Math.floor(count / 2) + 1;
   const sentinels: { child: ChildProcess; port: number; dir: string }[] = [];
