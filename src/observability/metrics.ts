@@ -55,6 +55,8 @@ export interface Metrics {
   configInfo: client.Gauge<'sha'>;
   /** SPEC §21: money writes acted on without the replicas `store.redis.durability: replicated` asked for, by kind (read from the store at scrape time). */
   storeUnreplicatedWrites: client.Counter<'op'>;
+  /** SPEC §21: payments the provider reported for charges the store did not know, kept for the operator. */
+  orphanPayments: client.Counter;
 }
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
@@ -105,6 +107,7 @@ export function createMetrics(countPending: () => Promise<number>, unreplicatedW
     x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
     configReloads: new client.Counter({ name: 'tollbooth_config_reloads_total', help: 'Config reloads on SIGHUP, by result (success, invalid, refused).', labelNames: ['result'], registers }),
     configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
+    orphanPayments: new client.Counter({ name: 'tollbooth_orphan_payments_total', help: 'Payments the provider reported for a charge the store does not know, kept for the operator (tollbooth charges orphans).', registers }),
     storeUnreplicatedWrites: new client.Counter({
       name: 'tollbooth_store_unreplicated_writes_total',
       help: 'Money writes WAIT did not see on enough replicas (store.redis.durability: replicated), by kind: charge, claim, commit, adjust, expire, x402_claim, x402_settle.',

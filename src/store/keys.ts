@@ -68,6 +68,11 @@ export class KeySpace {
     return `${this.prefix}{h:${handleHash}}:op:${kind}:${id}`;
   }
 
+  /** Hash: orphan payments (SPEC §21), field = provider ref, value = the record (JSON). Global: the operator lists them. */
+  get orphanPayments(): string {
+    return `${this.prefix}{orphans}`;
+  }
+
   /** String: the reply of one operation on an x402 claim, under the payer's tag like the claim. */
   paymentOperation(key: { network: string; asset: string; payer: string; nonce: string }, kind: string): string {
     return `${this.paymentNonce(key)}:op:${kind}`;

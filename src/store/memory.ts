@@ -13,6 +13,7 @@ import {
   HANDLE_GRACE_MS,
   LEDGER_RETENTION_MS,
   OP_RECORD_TTL_MS,
+  RETENTION_MS,
   chargeRecordEnd,
   chargeShareable,
   checkGrant,
@@ -25,7 +26,7 @@ import {
   type BucketParams,
   type TokenBucket,
 } from './policy.js';
-import type { Attempt, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
   SpendDecision, SpendRequest, Store } from './store.js';
 
@@ -95,6 +96,7 @@ export class MemoryStore implements Store {
   /** Priced-request registry: session hash → its forwarded priced requests (one lifetime per session). */
   private readonly pricedRequests = new Map<string, { expiresAt: number; requests: Map<string, PricedRequestRecord> }>();
   private nextSweepAt: number;
+  private readonly orphans = new Map<string, OrphanPayment>();
   /** Replies of money operations by operation, for a re-run of the same attempt (SPEC §21; Store's `Attempt`). */
   private readonly operations = new Map<string, { attempt: Attempt; reply: unknown; until: number }>();
 
@@ -424,6 +426,17 @@ export class MemoryStore implements Store {
     link.status = 'completed';
     link.receivedAmount = receivedAmount;
     return true;
+  }
+
+  async recordOrphanPayment(orphan: OrphanPayment): Promise<boolean> {
+    if (this.orphans.has(orphan.providerRef)) return false;
+    this.orphans.set(orphan.providerRef, { ...orphan });
+    return true;
+  }
+
+  async listOrphanPayments(): Promise<OrphanPayment[]> {
+    const now = this.now();
+    return [...this.orphans.values()].filter((orphan) => orphan.noticedAt + RETENTION_MS > now).sort((a, b) => a.noticedAt - b.noticedAt).map((orphan) => ({ ...orphan }));
   }
 
   async ping(): Promise<void> {}

@@ -28,7 +28,7 @@ import {
   newChargeRecord,
   newPaymentNonceRecord,
 } from './policy.js';
-import type { Attempt, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
   SpendDecision, SpendRequest, Store } from './store.js';
 
@@ -618,6 +618,23 @@ export class RedisStore implements Store {
       }),
     );
     return found.slice(0, limit);
+  }
+
+  // ── orphan payments (SPEC §21) ───────────────────────────────────────────────────────────────────
+
+  async recordOrphanPayment(orphan: OrphanPayment): Promise<boolean> {
+    const key = this.keys.orphanPayments;
+    return this.call('recordOrphanPayment', async () => {
+      const added = await this.client.hsetnx(key, orphan.providerRef, JSON.stringify(orphan));
+      await this.client.pexpire(key, RETENTION_MS); // the hash lives as long as its newest orphan
+      return added === 1;
+    });
+  }
+
+  async listOrphanPayments(): Promise<OrphanPayment[]> {
+    const now = this.now();
+    const values = await this.call('listOrphanPayments', () => this.client.hvals(this.keys.orphanPayments), LISTING_BUDGET_MS);
+    return values.map((raw) => JSON.parse(raw) as OrphanPayment).filter((orphan) => orphan.noticedAt + RETENTION_MS > now).sort((a, b) => a.noticedAt - b.noticedAt);
   }
 
   // ── priced-request registry (SPEC §6.5) ────────────────────────────────────────────────────────────

@@ -179,6 +179,14 @@ export interface Store {
 
   ping(): Promise<void>;
   close(): Promise<void>;
+  /**
+   * SPEC §21 orphans: a payment the provider reports for a charge this store does not know (a
+   * failover erased it, or a link opened elsewhere) is kept for the operator, never dropped. True the
+   * first time a provider ref is recorded. Kept RETENTION_MS from then.
+   */
+  recordOrphanPayment(orphan: OrphanPayment): Promise<boolean>;
+  /** Every orphan payment kept, oldest first (`tollbooth charges orphans`). */
+  listOrphanPayments(): Promise<OrphanPayment[]>;
   /** SPEC §21: writes acted on without the replicas durability asked for, by kind, since opened (Redis with durability replicated). */
   unreplicatedWrites?(): Record<string, number>;
 
@@ -234,6 +242,15 @@ export interface Store {
   /** The principal a session is bound to, or null; a binding found is kept ttlMs from now (sliding). */
   sessionPrincipal(sessionHash: string, ttlMs: number): Promise<string | null>;
   // ── end of sessions bound to principals ────────────────────────────────────────────────────────
+}
+
+/** A payment the provider reports for a charge the store does not know (SPEC §21). */
+export interface OrphanPayment {
+  providerRef: string; // the provider's link id: the operator looks the payment up with it
+  receivedAmount: string | null;
+  noticedAt: number; // epoch ms
+  /** What reported it: a webhook (or the dev pay action) re-read by ref. */
+  source: string;
 }
 
 // ── ledger (SPEC §17) ────────────────────────────────────────────────────────────────────────────

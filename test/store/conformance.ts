@@ -1088,6 +1088,17 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(entries.filter((entry) => entry.kind === 'x402_settle').length, 1, 'one x402_settle entry');
   });
 
+  behaviour('an orphan payment is recorded once per provider ref and listed oldest first', async (f, t) => {
+    const now = f.clock.now();
+    t.equal(await f.store.recordOrphanPayment({ providerRef: 'ref-b', receivedAmount: '5', noticedAt: now + 10, source: 'webhook' }), true);
+    t.equal(await f.store.recordOrphanPayment({ providerRef: 'ref-a', receivedAmount: null, noticedAt: now, source: 'dev' }), true);
+    t.equal(await f.store.recordOrphanPayment({ providerRef: 'ref-b', receivedAmount: '9', noticedAt: now + 20, source: 'webhook' }), false, 'the first record stays');
+    t.same(await f.store.listOrphanPayments(), [
+      { providerRef: 'ref-a', receivedAmount: null, noticedAt: now, source: 'dev' },
+      { providerRef: 'ref-b', receivedAmount: '5', noticedAt: now + 10, source: 'webhook' },
+    ]);
+  });
+
   // ── ledger (SPEC §17): ledger-conformance.ts ──────────────────────────────────────────────────────
   ledgerBehaviours(behaviour);
 
