@@ -12,7 +12,7 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { once } from 'node:events';
-import { grantCredits, ledgerExport, ledgerVerify, listCharges, showHandle, type AdminContext } from './admin.js';
+import { grantCredits, ledgerExport, ledgerVerify, listCharges, listOrphans, showHandle, type AdminContext } from './admin.js';
 import type { GatewayConfig } from './config/schema.js';
 import { ERROR_CODES, GatewayError, isGatewayError, type ErrorCode } from './errors.js';
 import type { Logger } from './observability/logger.js';
@@ -41,6 +41,7 @@ const VERBS: Record<string, AdminVerb> = {
     await grantCredits(context, positionals[0] ?? '', { sku: values.sku, credits: values.credits, reason: values.reason });
   },
   'charges list': (context, { values }) => listCharges(context, values.status),
+  'charges orphans': (context) => listOrphans(context),
   'ledger export': (context, { values }) => ledgerExport(context, { since: values.since, until: values.until, format: values.format }),
   'ledger verify': (context) => ledgerVerify(context),
 };

@@ -108,6 +108,18 @@ export async function listCharges(context: AdminContext, status?: string): Promi
   for (const line of formatTable(header, rows)) context.out(line);
 }
 
+/** `tollbooth charges orphans`: payments the provider reported for charges the store did not know (SPEC §21). */
+export async function listOrphans(context: AdminContext): Promise<void> {
+  const orphans = await context.store.listOrphanPayments();
+  if (orphans.length === 0) {
+    context.out('no orphan payments');
+    return;
+  }
+  const header = ['NOTICED', 'PROVIDER REF', 'RECEIVED', 'SOURCE'];
+  const rows = orphans.map((orphan) => [new Date(orphan.noticedAt).toISOString(), orphan.providerRef, orphan.receivedAmount ?? '?', orphan.source]);
+  for (const line of formatTable(header, rows)) context.out(line);
+}
+
 /** `tollbooth ledger export [--since T] [--until T] [--format jsonl|csv]`: every entry in time order. */
 export async function ledgerExport(context: AdminContext, options: { since?: string; until?: string; format?: string }): Promise<void> {
   const format = (options.format ?? 'jsonl') as ExportFormat;

@@ -6,7 +6,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import pino from 'pino';
 import { stringify } from 'yaml';
 import { once } from 'node:events';
-import { grantCredits, ledgerExport, ledgerVerify, listCharges, showHandle, type AdminContext } from './admin.js';
+import { grantCredits, ledgerExport, ledgerVerify, listCharges, listOrphans, showHandle, type AdminContext } from './admin.js';
 import { adminSocketPath, callAdminChannel, type AdminRequest } from './admin-channel.js';
 import { loadConfig } from './config/load.js';
 import { applyOverrides, parsePort } from './config/overrides.js';
@@ -29,6 +29,7 @@ commands:
   credits grant <handle|fingerprint> --sku SKU --credits N --reason TEXT
                                            add credits by hand (logged as evt "admin_grant")
   charges list [--status pending|underpaid|settled|abandoned|expired]
+  charges orphans                          payments the provider reported for charges the store does not know
   ledger export [--since T] [--until T] [--format jsonl|csv]
                                            every ledger entry in time order (T: ISO 8601 or epoch ms; until exclusive)
   ledger verify                            recompute every balance from the ledger; exit 1 listing each mismatch
@@ -112,6 +113,11 @@ const VERBS: Record<string, Verb> = {
     positionals: [],
     options: { status: stringOption },
     run: (configPath, _positionals, values) => withAdmin(configPath, { verb: 'charges list', positionals: [], values }, (context) => listCharges(context, asString(values.status))),
+  },
+  'charges orphans': {
+    positionals: [],
+    options: {},
+    run: (configPath, _positionals, values) => withAdmin(configPath, { verb: 'charges orphans', positionals: [], values }, (context) => listOrphans(context)),
   },
   'ledger export': {
     positionals: [],

@@ -72,7 +72,7 @@ async function assemble(
   const store = await createStore(config, { logger, clock });
   // Off (no otlpEndpoint, no console exporter): null, and nothing of OpenTelemetry is loaded.
   const tracing = await startTracing(config.tracing, logger, options.spanExporter);
-  const metrics = createMetrics(() => store.countPendingCharges(), () => store.ping());
+  const metrics = createMetrics(() => store.countPendingCharges(), () => store.ping(), () => store.unreplicatedWrites?.() ?? {});
   // Every endpoint's upstream (SPEC §16, §18): an HTTP agent, or a stdio bridge on a private socket the proxy reaches like any HTTP upstream.
   const upstreams = new UpstreamPool({ logger });
   const targets = await upstreams.acquire(config);

@@ -103,6 +103,11 @@ const storeSchema = z
           .transform((url) => url || undefined),
         cluster: z.array(redisUrl).min(1).optional(),
         keyPrefix: z.string().default('tollbooth:'),
+        // SPEC §21: with `replicated`, every money write waits (Redis WAIT) for waitReplicas replicas,
+        // at most waitTimeout, before the gateway acts on it (src/store/README.md, "Durability").
+        durability: z.enum(['none', 'replicated']).default('none'),
+        waitReplicas: positiveInt.default(1),
+        waitTimeout: duration.refine((ms) => ms >= 1 && ms <= 400, 'a duration from 1ms to 400ms (inside the store command timeout)').default(100),
       })
       .optional(),
     // SPEC §21: where records whose money already moved (x402 settlements) wait while the store is down.

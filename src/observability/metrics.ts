@@ -60,6 +60,10 @@ export interface Metrics {
   configInfo: client.Gauge<'sha'>;
   /** SPEC §21: payment records waiting in this process's outbox file for the store (store/outbox.ts). */
   outboxPending: client.Gauge;
+  /** SPEC §21: money writes acted on without the replicas `store.redis.durability: replicated` asked for, by kind (read from the store at scrape time). */
+  storeUnreplicatedWrites: client.Counter<'op'>;
+  /** SPEC §21: payments the provider reported for charges the store did not know, kept for the operator. */
+  orphanPayments: client.Counter;
 }
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
@@ -71,8 +75,9 @@ export const STORE_UP_PING_MS = 500;
  * One registry per gateway instance (tests build several in one process).
  * @param countPending read at scrape time for tollbooth_pending_charges
  * @param pingStore run at scrape time for tollbooth_store_up (default: countPending)
+ * @param unreplicatedWrites read at scrape time: the store's running totals by kind (SPEC §21)
  */
-export function createMetrics(countPending: () => Promise<number>, pingStore: () => Promise<unknown> = countPending): Metrics {
+export function createMetrics(countPending: () => Promise<number>, pingStore: () => Promise<unknown> = countPending, unreplicatedWrites: () => Record<string, number> = () => ({})): Metrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
   // promtool rejects the nodejs_active_*_total gauges (a _total suffix on a gauge).
@@ -95,6 +100,7 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
       }
     },
   });
+  const unreplicatedCounted = new Map<string, number>();
   return {
     registry,
     mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by endpoint, method, era and HTTP status class (2xx … 5xx).', labelNames: ['server', 'method', 'era', 'status'], registers }),
@@ -127,5 +133,20 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
     configReloads: new client.Counter({ name: 'tollbooth_config_reloads_total', help: 'Config reloads on SIGHUP, by result (success, invalid, refused).', labelNames: ['result'], registers }),
     configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
     outboxPending: new client.Gauge({ name: 'tollbooth_outbox_pending', help: 'Payment records (x402 settlements) waiting in this process\'s outbox file because the store could not take them.', registers }),
+    orphanPayments: new client.Counter({ name: 'tollbooth_orphan_payments_total', help: 'Payments the provider reported for a charge the store does not know, kept for the operator (tollbooth charges orphans).', registers }),
+    storeUnreplicatedWrites: new client.Counter({
+      name: 'tollbooth_store_unreplicated_writes_total',
+      help: 'Money writes WAIT did not see on enough replicas (store.redis.durability: replicated), by kind: charge, claim, commit, adjust, expire, x402_claim, x402_settle.',
+      labelNames: ['op'],
+      registers,
+      collect() {
+        // The store keeps running totals; the counter catches up with them at each scrape.
+        for (const [op, total] of Object.entries(unreplicatedWrites())) {
+          const counted = unreplicatedCounted.get(op) ?? 0;
+          if (total > counted) this.inc({ op }, total - counted);
+          unreplicatedCounted.set(op, Math.max(total, counted));
+        }
+      },
+    }),
   };
 }

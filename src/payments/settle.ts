@@ -105,10 +105,27 @@ export class Settler {
     return observation === 'skipped' && options.awaitOtherRead ? this.#awaitOtherRead(charge) : observation;
   }
 
-  /** A provider told us a link changed (webhook, dev pay action): re-read it now. Unknown links change nothing. */
-  async observeByRef(providerRef: string): Promise<Observation> {
-    const charge = await this.#deps.store.findChargeByRef(providerRef);
-    return charge ? this.observe(charge, { bypassPollFloor: true }) : 'skipped';
+  /**
+   * A provider told us a link changed (webhook, dev pay action): re-read it now. A link the store
+   * does not know changes no balance; if the provider says it was paid, the payment is kept as an
+   * orphan for the operator (SPEC §21: a failover may have erased its charge), never dropped.
+   */
+  async observeByRef(providerRef: string, source = 'webhook'): Promise<Observation> {
+    const { store, provider, clock, metrics, logger } = this.#deps;
+    const charge = await store.findChargeByRef(providerRef);
+    if (charge) return this.observe(charge, { bypassPollFloor: true });
+    let reading: ChargeReading;
+    try {
+      reading = await provider.readCharge(providerRef);
+    } catch {
+      return 'skipped'; // an unknown link the provider does not know either
+    }
+    if (reading.status !== 'completed') return 'skipped';
+    if (await store.recordOrphanPayment({ providerRef, receivedAmount: reading.receivedAmount, noticedAt: clock.now(), source })) {
+      metrics.orphanPayments.inc();
+      logger.warn({ evt: 'orphan_payment', source }, 'the provider reports a payment for a charge the store does not know: kept for the operator (tollbooth charges orphans)');
+    }
+    return 'skipped';
   }
 
   async #observeOnce(charge: ChargeRecord, providerRef: string, bypassPollFloor: boolean): Promise<Observation> {

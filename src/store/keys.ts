@@ -60,6 +60,24 @@ export class KeySpace {
     return `${this.prefix}{reservation-shards}`;
   }
 
+  /**
+   * String: the reply of one money operation on a handle, for a re-run of the same attempt (SPEC §21;
+   * lua/operations.ts). `kind` names the operation, `id` is its operation id (reservation id, nonce).
+   */
+  operation(handleHash: string, kind: string, id: string): string {
+    return `${this.prefix}{h:${handleHash}}:op:${kind}:${id}`;
+  }
+
+  /** Hash: orphan payments (SPEC §21), field = provider ref, value = the record (JSON). Global: the operator lists them. */
+  get orphanPayments(): string {
+    return `${this.prefix}{orphans}`;
+  }
+
+  /** String: the reply of one operation on an x402 claim, under the payer's tag like the claim. */
+  paymentOperation(key: { network: string; asset: string; payer: string; nonce: string }, kind: string): string {
+    return `${this.paymentNonce(key)}:op:${kind}`;
+  }
+
   handle(handleHash: string): HandleKeys {
     const handle = `${this.prefix}{h:${handleHash}}`;
     return { handle, reservations: `${handle}:res`, charges: `${handle}:charges`, ledger: `${handle}:ledger` };

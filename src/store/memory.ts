@@ -12,6 +12,8 @@ import { GatewayError } from '../errors.js';
 import {
   HANDLE_GRACE_MS,
   LEDGER_RETENTION_MS,
+  OP_RECORD_TTL_MS,
+  RETENTION_MS,
   chargeRecordEnd,
   chargeShareable,
   checkGrant,
@@ -24,7 +26,7 @@ import {
   type BucketParams,
   type TokenBucket,
 } from './policy.js';
-import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
@@ -94,6 +96,9 @@ export class MemoryStore implements Store {
   /** Priced-request registry: session hash → its forwarded priced requests (one lifetime per session). */
   private readonly pricedRequests = new Map<string, { expiresAt: number; requests: Map<string, PricedRequestRecord> }>();
   private nextSweepAt: number;
+  private readonly orphans = new Map<string, OrphanPayment>();
+  /** Replies of money operations by operation, for a re-run of the same attempt (SPEC §21; Store's `Attempt`). */
+  private readonly operations = new Map<string, { attempt: Attempt; reply: unknown; until: number }>();
 
   constructor(options: { now?: () => number; ledgerRetentionMs?: number } = {}) {
     this.clock = options.now ?? Date.now;
@@ -143,6 +148,10 @@ export class MemoryStore implements Store {
   }
 
   async reserve(request: SpendRequest): Promise<SpendDecision> {
+    return this.once(`r:${scopedKey(request.handleHash, request.reservationId)}`, request.attempt, () => this.reserveNow(request));
+  }
+
+  private async reserveNow(request: SpendRequest): Promise<SpendDecision> {
     const now = this.now();
     const handle = this.liveHandle(request.handleHash, now);
     if (!handle) return { kind: 'unknown_handle' };
@@ -174,7 +183,11 @@ export class MemoryStore implements Store {
     return { kind: 'reserved', remaining };
   }
 
-  async commit(handleHash: string, reservationId: string, tool = ''): Promise<number | null> {
+  async commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt): Promise<number | null> {
+    return this.once(`c:${scopedKey(handleHash, reservationId)}`, attempt, () => this.commitNow(handleHash, reservationId, tool));
+  }
+
+  private async commitNow(handleHash: string, reservationId: string, tool: string): Promise<number | null> {
     const now = this.now();
     const handle = this.liveHandle(handleHash, now);
     const reservation = this.takeReservation(handleHash, handle, reservationId);
@@ -190,8 +203,8 @@ export class MemoryStore implements Store {
     return handle.balances.get(reservation.sku) ?? 0;
   }
 
-  async release(handleHash: string, reservationId: string): Promise<number | null> {
-    return this.releaseReservation(handleHash, reservationId, this.now());
+  async release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null> {
+    return this.once(`l:${scopedKey(handleHash, reservationId)}`, attempt, async () => this.releaseReservation(handleHash, reservationId, this.now()));
   }
 
   async releaseStaleReservations(now: number, limit: number): Promise<number> {
@@ -207,7 +220,11 @@ export class MemoryStore implements Store {
     return released.length;
   }
 
-  async grantCredits(handleHash: string, sku: string, credits: number, reason = ''): Promise<number> {
+  async grantCredits(handleHash: string, sku: string, credits: number, reason = '', attempt?: Attempt): Promise<number> {
+    return this.once(`g:${scopedKey(handleHash, attempt ?? '')}`, attempt, () => this.grantCreditsNow(handleHash, sku, credits, reason));
+  }
+
+  private async grantCreditsNow(handleHash: string, sku: string, credits: number, reason: string): Promise<number> {
     checkGrant(credits);
     const now = this.now();
     const handle = this.liveHandle(handleHash, now);
@@ -219,6 +236,10 @@ export class MemoryStore implements Store {
   }
 
   async beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult> {
+    return this.once(`b:${scopedKey(request.handleHash, request.nonce)}`, request.attempt, () => this.beginChargeNow(request));
+  }
+
+  private async beginChargeNow(request: OpenChargeRequest): Promise<BeginChargeResult> {
     const { handleHash, sku, now } = request;
     const handle = this.liveHandle(handleHash, this.now());
     const current = handle ? this.pendingChargeOf(handleHash, handle, sku) : null;
@@ -234,7 +255,11 @@ export class MemoryStore implements Store {
     return { kind: 'begun', charge: { ...charge } };
   }
 
-  async attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null> {
+  async attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }, attempt?: Attempt): Promise<ChargeRecord | null> {
+    return this.once(`a:${scopedKey(handleHash, nonce)}`, attempt, () => this.attachLinkNow(handleHash, nonce, link));
+  }
+
+  private async attachLinkNow(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null> {
     const key = scopedKey(handleHash, nonce);
     const charge = this.charges.get(key);
     if (!charge || charge.status !== 'opening') return null;
@@ -282,6 +307,10 @@ export class MemoryStore implements Store {
    * is 0 and the balance returned is 0.
    */
   async claimSettlement(claim: SettlementClaim): Promise<ClaimResult> {
+    return this.once(`s:${scopedKey(claim.handleHash, claim.nonce)}`, claim.attempt, () => this.claimSettlementNow(claim));
+  }
+
+  private async claimSettlementNow(claim: SettlementClaim): Promise<ClaimResult> {
     const key = scopedKey(claim.handleHash, claim.nonce);
     const charge = this.charges.get(key) ?? null;
     const now = this.now();
@@ -403,6 +432,17 @@ export class MemoryStore implements Store {
     link.status = 'completed';
     link.receivedAmount = receivedAmount;
     return true;
+  }
+
+  async recordOrphanPayment(orphan: OrphanPayment): Promise<boolean> {
+    if (this.orphans.has(orphan.providerRef)) return false;
+    this.orphans.set(orphan.providerRef, { ...orphan });
+    return true;
+  }
+
+  async listOrphanPayments(): Promise<OrphanPayment[]> {
+    const now = this.now();
+    return [...this.orphans.values()].filter((orphan) => orphan.noticedAt + RETENTION_MS > now).sort((a, b) => a.noticedAt - b.noticedAt).map((orphan) => ({ ...orphan }));
   }
 
   async ping(): Promise<void> {}
@@ -570,6 +610,10 @@ export class MemoryStore implements Store {
   private nextPaymentNonceSweepAt = 0;
 
   async claimPaymentNonce(claim: PaymentNonceClaim): Promise<boolean> {
+    return this.once(`x:${paymentNonceId(claim)}`, claim.attempt, () => this.claimPaymentNonceNow(claim));
+  }
+
+  private async claimPaymentNonceNow(claim: PaymentNonceClaim): Promise<boolean> {
     const now = this.clock();
     this.sweepPaymentNonces(now);
     const key = paymentNonceId(claim);
@@ -578,7 +622,11 @@ export class MemoryStore implements Store {
     return true;
   }
 
-  async finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean> {
+  async finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome, attempt?: Attempt): Promise<boolean> {
+    return this.once(`f:${paymentNonceId(key)}`, attempt, () => this.finishPaymentNonceNow(key, outcome));
+  }
+
+  private async finishPaymentNonceNow(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean> {
     const record = this.livePaymentNonce(paymentNonceId(key), this.clock());
     if (!record || record.state !== 'claimed') return false;
     record.state = outcome.state;
@@ -686,6 +734,21 @@ export class MemoryStore implements Store {
     for (const [session, entry] of this.pricedRequests) if (entry.expiresAt <= now) this.pricedRequests.delete(session);
     for (const [key, forgetAt] of this.events) if (forgetAt <= now) this.events.delete(key);
     for (const [hash, bound] of this.sessionOwners) if (bound.expiresAt <= now) this.sessionOwners.delete(hash);
+    for (const [operation, recorded] of this.operations) if (recorded.until <= now) this.operations.delete(operation);
+  }
+
+  /**
+   * Runs one money operation, or answers a re-run of the same attempt with the first run's reply. The
+   * memory store never loses a reply; this keeps its answers the same as the Redis store's.
+   */
+  private async once<T>(operation: string, attempt: Attempt | undefined, run: () => Promise<T>): Promise<T> {
+    if (attempt === undefined) return run();
+    const now = this.clock();
+    const recorded = this.operations.get(operation);
+    if (recorded && recorded.attempt === attempt && recorded.until > now) return structuredClone(recorded.reply) as T;
+    const reply = await run();
+    this.operations.set(operation, { attempt, reply: structuredClone(reply), until: now + OP_RECORD_TTL_MS });
+    return reply;
   }
 
   private now(): number {

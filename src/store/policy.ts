@@ -25,6 +25,8 @@ export const PENDING_REUSE_MARGIN_MS = 60_000;
 export const RETENTION_MS = 7 * 24 * 3_600_000;
 /** A claim lives at least this long, whatever expiresAt says (an authorization already past its window). */
 export const PAYMENT_NONCE_MIN_TTL_MS = 60_000;
+/** How long a money operation's reply is kept for a re-run of the same attempt (a retry after a lost reply, SPEC §21). */
+export const OP_RECORD_TTL_MS = 60_000;
 
 /**
  * When a charge record ends (and reads as gone): an opening one (its opener never got a link) when

@@ -10,7 +10,7 @@ import { withBudget } from '../io/budget.js';
 import type { Logger } from '../observability/logger.js';
 
 export type RedisClient = Redis | Cluster;
-type RedisConfig = NonNullable<GatewayConfig['store']['redis']>;
+type RedisConfig = Pick<NonNullable<GatewayConfig['store']['redis']>, 'url' | 'cluster' | 'keyPrefix'>;
 
 const COMMAND_TIMEOUT_MS = 500;
 const CONNECT_TIMEOUT_MS = 5_000;

@@ -4,7 +4,9 @@
 // Failure behaviour is fail-closed and bounded: the client (redis-connection.ts) has no offline queue
 // and a 500 ms command timeout, and each call here has a 1 s budget, so with Redis gone every call
 // rejects with TB_ERR_STORE_UNAVAILABLE quickly.
-import type { Cluster, Redis } from 'ioredis';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ReplyError, type Cluster, type Redis } from 'ioredis';
 import type { GatewayConfig } from '../config/schema.js';
 import { GatewayError } from '../errors.js';
 import { withBudget } from '../io/budget.js';
@@ -26,12 +28,14 @@ import {
   newChargeRecord,
   newPaymentNonceRecord,
 } from './policy.js';
-import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
+import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
 /** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
 const CALL_BUDGET_MS = 1_000;
+/** An unreplicated charge is abandoned and polled again this soon (a payment on it is still granted). */
+const FIRST_POLL_AFTER_UNREPLICATED_MS = 3_000;
 /** Operator listings read many records; they get longer. */
 const LISTING_BUDGET_MS = 10_000;
 /** Cluster stale sweep: slots of the rotating walk read per pass (all 16 384 every 16 passes, ~48 s at 3 s ticks). */
@@ -45,6 +49,25 @@ const ADMIN_SCAN_BUDGET_MS = 60_000;
 const SCAN_COUNT = 1_000;
 /** Cluster expiry step: handle-expiry shards read per pass (all 16 384 every 16 passes). */
 const EXPIRY_WALK_SLICE = 1_024;
+/** A money script whose reply was lost is run again (same attempt) this often until the call's budget ends. */
+const RERUN_GAP_MS = 50;
+/** Server errors after which a script did not run, so running it again is only a retry: a failover or restart under way. */
+const NOT_RUN_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS)\b/;
+
+/**
+ * Writes the gateway must know are on replicas before acting on them (SPEC §21), by what happens when
+ * WAIT says they are not: `charge` (its link is not shown: the charge is abandoned), `claim` and
+ * `x402_claim` (treated as not done: the caller is refused, the reconciler or payer comes back),
+ * `adjust` (the operator is told), `commit`, `expire` and `x402_settle` (acted on: money already
+ * moved; counted and logged so an operator sees what a failover may have erased).
+ */
+export type ReplicatedWrite = 'charge' | 'claim' | 'commit' | 'adjust' | 'expire' | 'x402_claim' | 'x402_settle';
+
+/** `store.redis.durability` and its WAIT arguments. */
+export interface Durability {
+  replicas: number;
+  timeoutMs: number;
+}
 
 type Reply = string | number | null | Reply[];
 type Arg = string | number;
@@ -59,6 +82,16 @@ export interface RedisStoreDeps {
   ledgerRetentionMs?: number;
 }
 
+type RedisSection = NonNullable<GatewayConfig['store']['redis']>;
+type DurabilityKeys = 'durability' | 'waitReplicas' | 'waitTimeout';
+/** `store` as the config gives it; the durability keys may be left out (durability none). */
+export interface RedisStoreConfig {
+  type: GatewayConfig['store']['type'];
+  redis?: Omit<RedisSection, DurabilityKeys> & Partial<Pick<RedisSection, DurabilityKeys>>;
+}
+
+const newAttempt = (): Attempt => randomBytes(9).toString('base64url');
+
 export class RedisStore implements Store {
   readonly kind = 'redis' as const;
   /** Cluster stale sweep: the first slot of the next slice of its rotating walk. */
@@ -67,6 +100,8 @@ export class RedisStore implements Store {
   private readonly shardListedAt = new Map<number, number>();
   /** Cluster expiry step: the first slot of the next slice of its rotating walk over the handle-expiry shards. */
   private expiryWalkCursor = 0;
+  /** Writes WAIT did not see on enough replicas, by kind (tollbooth_store_unreplicated_writes_total). */
+  private readonly unreplicated = new Map<ReplicatedWrite, number>();
 
   private constructor(
     private readonly client: RedisClient,
@@ -76,12 +111,14 @@ export class RedisStore implements Store {
     private readonly now: () => number,
     private readonly logger: Logger,
     private readonly ledgerRetentionMs: number,
+    /** null: durability none (no WAIT). */
+    private readonly durability: Durability | null,
   ) {
     for (const [name, lua] of Object.entries(SCRIPTS)) client.defineCommand(name, { lua });
   }
 
   /** Connects (standalone/Sentinel via `url`, Cluster via `cluster`) or fails clearly: there is no fallback store. */
-  static async connect(storeConfig: GatewayConfig['store'], deps: RedisStoreDeps): Promise<RedisStore> {
+  static async connect(storeConfig: RedisStoreConfig, deps: RedisStoreDeps): Promise<RedisStore> {
     const redis = storeConfig.redis;
     if (!redis || (redis.url === undefined) === (redis.cluster === undefined)) {
       throw new GatewayError('TB_ERR_CONFIG_INVALID', 'store.type redis needs exactly one of store.redis.url or store.redis.cluster');
@@ -89,7 +126,8 @@ export class RedisStore implements Store {
     const keys = new KeySpace(redis.keyPrefix);
     if (redis.cluster !== undefined) slotTags(); // the shard names, computed once before the first call needs them
     const client = await openRedisClient(redis, deps.logger, deps.monotonic);
-    return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger, deps.ledgerRetentionMs ?? LEDGER_RETENTION_MS);
+    const durability = redis.durability === 'replicated' ? { replicas: redis.waitReplicas ?? 1, timeoutMs: redis.waitTimeout ?? 100 } : null;
+    return new RedisStore(client, keys, redis.cluster !== undefined, deps.now ?? Date.now, deps.logger, deps.ledgerRetentionMs ?? LEDGER_RETENTION_MS, durability);
   }
 
   // ── handles and reservations ─────────────────────────────────────────────────────────────────────
@@ -142,7 +180,8 @@ export class RedisStore implements Store {
     // One script, one round trip, in every mode: the reservation and its index entry are written together.
     const index = this.keys.reservationIndexOf(request.handleHash, this.clustered);
     const expiry = this.keys.handleExpiryOf(request.handleHash, this.clustered);
-    const reply = await this.call('reserve', () => this.run('tbReserve', [k.handle, k.reservations, k.charges, index, k.ledger, expiry], args));
+    const opKey = this.keys.operation(request.handleHash, 'r', request.reservationId);
+    const reply = await this.call('reserve', () => this.once('tbReserve', opKey, request.attempt, [k.handle, k.reservations, k.charges, index, k.ledger, expiry], args));
     const [kind, a, b, c, d] = asArray(reply);
     switch (kind) {
       case 'unknown_handle':
@@ -162,19 +201,26 @@ export class RedisStore implements Store {
     }
   }
 
-  async commit(handleHash: string, reservationId: string, tool = ''): Promise<number | null> {
+  async commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt): Promise<number | null> {
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, reservationId);
     const index = this.keys.reservationIndexOf(handleHash, this.clustered);
-    const balance = await this.call('commit', () => this.run('tbCommit', [k.handle, k.reservations, index, k.ledger], [reservationId, member, this.now(), tool, this.ledgerRetentionMs]));
-    return balance === null ? null : Number(balance);
+    const opKey = this.keys.operation(handleHash, 'c', reservationId);
+    return this.call('commit', async () => {
+      const balance = await this.once('tbCommit', opKey, attempt, [k.handle, k.reservations, index, k.ledger], [reservationId, member, this.now(), tool, this.ledgerRetentionMs]);
+      if (balance === null) return null;
+      // The result is delivered whatever WAIT says (the payer paid): an operator sees which spend a failover may have erased.
+      if (!(await this.replicated(k.handle))) await this.reportUnreplicated('commit', handleHash);
+      return Number(balance);
+    });
   }
 
-  async release(handleHash: string, reservationId: string): Promise<number | null> {
+  async release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null> {
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, reservationId);
     const index = this.keys.reservationIndexOf(handleHash, this.clustered);
-    const balance = await this.call('release', () => this.run('tbRelease', [k.handle, k.reservations, index], [reservationId, member, this.now()]));
+    const opKey = this.keys.operation(handleHash, 'l', reservationId);
+    const balance = await this.call('release', () => this.once('tbRelease', opKey, attempt, [k.handle, k.reservations, index], [reservationId, member, this.now()]));
     return balance === null ? null : Number(balance);
   }
 
@@ -199,14 +245,25 @@ export class RedisStore implements Store {
     );
   }
 
-  async grantCredits(handleHash: string, sku: string, credits: number, reason = ''): Promise<number> {
+  async grantCredits(handleHash: string, sku: string, credits: number, reason = '', attempt: Attempt = newAttempt()): Promise<number> {
     checkGrant(credits);
     const k = this.keys.handle(handleHash);
     const expiry = this.keys.handleExpiryOf(handleHash, this.clustered);
     const args = [sku, credits, this.now(), reason, this.ledgerRetentionMs, handleHash];
-    const balance = await this.call('grantCredits', () => this.run('tbGrantCredits', [k.handle, k.reservations, k.ledger, expiry], args));
-    if (balance === null) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
-    return Number(balance);
+    // An operator grant has no id of its own: the attempt is its operation id.
+    const opKey = this.keys.operation(handleHash, 'g', attempt);
+    return this.call('grantCredits', async () => {
+      const balance = await this.once('tbGrantCredits', opKey, attempt, [k.handle, k.reservations, k.ledger, expiry], args);
+      if (balance === null) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
+      if (!(await this.replicated(k.handle))) {
+        this.countUnreplicated('adjust');
+        throw new GatewayError(
+          'TB_ERR_STORE_UNAVAILABLE',
+          `the grant was written on the Redis primary but not acknowledged by ${this.durabilityText()}: a failover may erase it. Check the balance with \`tollbooth handle show\` before granting again`,
+        );
+      }
+      return Number(balance);
+    });
   }
 
   // ── charges ──────────────────────────────────────────────────────────────────────────────────────
@@ -220,7 +277,8 @@ export class RedisStore implements Store {
     const { allCharges, liveCharges } = this.keys;
     return this.call('beginCharge', async () => {
       const keys = this.clustered ? [k.handle, k.charges] : [k.handle, k.charges, allCharges, liveCharges];
-      const [kind, existing] = asArray(await this.run('tbBeginCharge', keys, [sku, nonce, JSON.stringify(charge), now, member, clock, OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS]));
+      const opKey = this.keys.operation(handleHash, 'b', nonce);
+      const [kind, existing] = asArray(await this.once('tbBeginCharge', opKey, request.attempt, keys, [sku, nonce, JSON.stringify(charge), now, member, clock, OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS]));
       if (kind === 'existing') return { kind: 'existing', charge: parseCharge(existing) as ChargeRecord };
       if (this.clustered) {
         const ends = chargeRecordEnd(charge);
@@ -230,7 +288,7 @@ export class RedisStore implements Store {
     });
   }
 
-  async attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null> {
+  async attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }, attempt?: Attempt): Promise<ChargeRecord | null> {
     const k = this.keys.handle(handleHash);
     const member = indexMember(handleHash, nonce);
     const refKey = this.keys.providerRef(link.providerRef);
@@ -238,7 +296,8 @@ export class RedisStore implements Store {
     const { dueCharges, liveCharges, allCharges } = this.keys;
     return this.call('attachLink', async () => {
       const keys = this.clustered ? [k.charges] : [k.charges, dueCharges, liveCharges, allCharges, refKey];
-      const charge = parseCharge(await this.run('tbAttachLink', keys, [nonce, link.providerRef, link.checkoutUrl, member, clock]));
+      const opKey = this.keys.operation(handleHash, 'a', nonce);
+      const charge = parseCharge(await this.once('tbAttachLink', opKey, attempt, keys, [nonce, link.providerRef, link.checkoutUrl, member, clock]));
       if (charge && this.clustered) {
         const ends = chargeRecordEnd(charge);
         await Promise.all([
@@ -247,6 +306,14 @@ export class RedisStore implements Store {
           this.indexAdd(allCharges, ends, member, ends, clock, 'end'),
           this.client.set(refKey, member, 'PX', Math.max(1_000, ends - clock)),
         ]);
+      }
+      if (charge && !(await this.replicated(k.handle))) {
+        // A failover could erase this record and leave a link that can be paid and never granted:
+        // the link is never shown, and the charge leaves the pending state for good (still polled,
+        // so a payment on it is granted all the same).
+        this.countUnreplicated('charge');
+        await this.abandonCharge(handleHash, nonce, clock + FIRST_POLL_AFTER_UNREPLICATED_MS).catch(() => false);
+        throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the new charge was not acknowledged by ${this.durabilityText()}, so its link is not shown (store.redis.durability: replicated)`);
       }
       return charge;
     });
@@ -304,8 +371,15 @@ export class RedisStore implements Store {
       const keys = this.clustered ? ledgerKeys : [...ledgerKeys, dueCharges, liveCharges];
       const received = claim.receivedAmount === null ? ['0', ''] : ['1', claim.receivedAmount];
       const args = [claim.nonce, claim.outcome, claim.credits, ...received, member, this.now(), this.ledgerRetentionMs, claim.handleHash];
-      const [claimed, raw, balance] = asArray(await this.run('tbClaimSettlement', keys, args));
+      const opKey = this.keys.operation(claim.handleHash, 's', claim.nonce);
+      const [claimed, raw, balance] = asArray(await this.once('tbClaimSettlement', opKey, claim.attempt, keys, args));
       if (Number(claimed) === 1 && this.clustered) await Promise.all([this.client.zrem(dueCharges, member), this.client.zrem(liveCharges, member)]);
+      if (Number(claimed) === 1 && !(await this.replicated(k.handle))) {
+        // Treated as not done: nobody is told of the grant. The claim is idempotent by the charge's
+        // nonce, so the reconciler's next read grants it once, here or on a promoted replica.
+        this.countUnreplicated('claim');
+        throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the settlement was not acknowledged by ${this.durabilityText()}: it counts as not done until the reconciler reads the charge again`);
+      }
       return { claimed: Number(claimed) === 1, charge: parseCharge(raw), balance: Number(balance) };
     });
   }
@@ -440,7 +514,9 @@ export class RedisStore implements Store {
             const k = this.keys.handle(handleHash);
             const keys = [k.handle, k.reservations, k.ledger, this.keys.handleExpiryOf(handleHash, this.clustered), this.keys.reservationIndexOf(handleHash, this.clustered)];
             const [done] = asArray(await this.run('tbExpireHandle', keys, [handleHash, now, this.ledgerRetentionMs]));
-            return Number(done) === 1 ? 1 : 0;
+            if (Number(done) !== 1) return 0;
+            if (!(await this.replicated(k.handle))) await this.reportUnreplicated('expire', handleHash);
+            return 1;
           }),
         );
         return ended.reduce<number>((sum, one) => sum + one, 0);
@@ -548,6 +624,23 @@ export class RedisStore implements Store {
     return found.slice(0, limit);
   }
 
+  // ── orphan payments (SPEC §21) ───────────────────────────────────────────────────────────────────
+
+  async recordOrphanPayment(orphan: OrphanPayment): Promise<boolean> {
+    const key = this.keys.orphanPayments;
+    return this.call('recordOrphanPayment', async () => {
+      const added = await this.client.hsetnx(key, orphan.providerRef, JSON.stringify(orphan));
+      await this.client.pexpire(key, RETENTION_MS); // the hash lives as long as its newest orphan
+      return added === 1;
+    });
+  }
+
+  async listOrphanPayments(): Promise<OrphanPayment[]> {
+    const now = this.now();
+    const values = await this.call('listOrphanPayments', () => this.client.hvals(this.keys.orphanPayments), LISTING_BUDGET_MS);
+    return values.map((raw) => JSON.parse(raw) as OrphanPayment).filter((orphan) => orphan.noticedAt + RETENTION_MS > now).sort((a, b) => a.noticedAt - b.noticedAt);
+  }
+
   // ── priced-request registry (SPEC §6.5) ────────────────────────────────────────────────────────────
   // One key per upstream session (its own slot), one field per request: each call touches one key.
 
@@ -575,20 +668,39 @@ export class RedisStore implements Store {
     const now = this.now();
     const record = newPaymentNonceRecord(claim, now);
     const ttlMs = record.expiresAt - now;
-    const reply = await this.call('claimPaymentNonce', () => this.client.set(this.keys.paymentNonce(claim), JSON.stringify(record), 'PX', ttlMs, 'NX'));
-    return reply === 'OK';
+    const nonceKey = this.keys.paymentNonce(claim);
+    return this.call('claimPaymentNonce', async () => {
+      const claimed = Number(await this.once('tbClaimPaymentNonce', this.keys.paymentOperation(claim, 'claim'), claim.attempt, [nonceKey], [JSON.stringify(record), ttlMs])) === 1;
+      if (claimed && !(await this.replicated(nonceKey))) {
+        // Fail closed: the call is refused unpaid; the claim still refuses the nonce, so nothing is paid twice.
+        this.countUnreplicated('x402_claim');
+        throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the x402 nonce claim was not acknowledged by ${this.durabilityText()}`);
+      }
+      return claimed;
+    });
   }
 
-  async finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean> {
-    const keys = [this.keys.paymentNonce(key), this.keys.paymentLedger(key.payer)];
-    const reply = await this.call('finishPaymentNonce', () => this.run('tbFinishPaymentNonce', keys, [outcome.state, outcome.transaction ?? '', outcome.at, this.ledgerRetentionMs]));
-    return Number(reply) === 1;
+  async finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome, attempt?: Attempt): Promise<boolean> {
+    const nonceKey = this.keys.paymentNonce(key);
+    const keys = [nonceKey, this.keys.paymentLedger(key.payer)];
+    return this.call('finishPaymentNonce', async () => {
+      const reply = await this.once('tbFinishPaymentNonce', this.keys.paymentOperation(key, 'finish'), attempt, keys, [outcome.state, outcome.transaction ?? '', outcome.at, this.ledgerRetentionMs]);
+      const finished = Number(reply) === 1;
+      // The payment already moved on chain and the result goes out: counted, for the operator.
+      if (finished && outcome.state === 'settled' && !(await this.replicated(nonceKey))) this.countUnreplicated('x402_settle');
+      return finished;
+    });
   }
 
   async recordX402Settlement(record: X402SettlementRecord): Promise<boolean> {
     const keys = [this.keys.paymentNonce(record), this.keys.paymentLedger(record.payer), this.keys.paymentSettled(record)];
     const args = [record.nonce, record.tool, record.amount, record.network, record.asset, record.payer, record.sku, record.transaction, record.at, this.ledgerRetentionMs];
-    return Number(await this.call('recordX402Settlement', () => this.run('tbRecordX402Settlement', keys, args))) === 1;
+    return this.call('recordX402Settlement', async () => {
+      const written = Number(await this.run('tbRecordX402Settlement', keys, args)) === 1;
+      // The payment already moved on chain and the result goes out: counted, for the operator.
+      if (written && !(await this.replicated(keys[0] as string))) this.countUnreplicated('x402_settle');
+      return written;
+    });
   }
 
   async getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null> {
@@ -697,6 +809,66 @@ export class RedisStore implements Store {
     work.catch((err: unknown) => this.logger.debug({ op, err: errorMessage(err) }, 'redis index upkeep failed; the reconciler will catch up'));
   }
 
+  /**
+   * Runs a money script under its operation record (lua/operations.ts): when its reply is lost (the
+   * connection closed or timed out, a failover is under way) it is run again with the same attempt
+   * until the call's budget ends, and a run that finds the first run's effect answers as it did.
+   */
+  private async once(script: ScriptName, opKey: string, attempt: Attempt | undefined, keys: string[], args: Arg[]): Promise<Reply> {
+    const id = attempt ?? newAttempt();
+    const giveUpAt = performance.now() + CALL_BUDGET_MS - RERUN_GAP_MS;
+    for (;;) {
+      try {
+        return await this.run(script, [opKey, ...keys], [id, ...args]);
+      } catch (err) {
+        const ran = err instanceof ReplyError && !NOT_RUN_REPLY.test(errorMessage(err));
+        if (ran || performance.now() + RERUN_GAP_MS >= giveUpAt) throw err;
+        await sleep(RERUN_GAP_MS);
+      }
+    }
+  }
+
+  /**
+   * SPEC §21: with durability `replicated`, WAIT on the connection that ran the write (Cluster: the
+   * master serving the key's slot; standalone and Sentinel have one connection). True when enough
+   * replicas acknowledged it in time, or with durability `none`; a WAIT that fails counts as not acknowledged.
+   */
+  private async replicated(key: string): Promise<boolean> {
+    if (!this.durability) return true;
+    const { replicas, timeoutMs } = this.durability;
+    const node = this.clustered ? masterOfSlot(this.client as Cluster, keySlot(key)) : (this.client as Redis);
+    if (!node) return false;
+    try {
+      return Number(await node.call('WAIT', replicas, timeoutMs)) >= replicas;
+    } catch {
+      return false;
+    }
+  }
+
+  private countUnreplicated(write: ReplicatedWrite): void {
+    this.unreplicated.set(write, (this.unreplicated.get(write) ?? 0) + 1);
+  }
+
+  /** Counts a write that was acted on without its replicas, and logs it with the handle's fingerprint. */
+  private async reportUnreplicated(write: ReplicatedWrite, handleHash: string): Promise<void> {
+    this.countUnreplicated(write);
+    const fingerprint = await this.client.hget(this.keys.handle(handleHash).handle, 'fp').catch(() => null);
+    this.logger.warn(
+      { evt: 'store_unreplicated', op: write, fingerprint: fingerprint ?? '', replicas: this.durability?.replicas, waitTimeoutMs: this.durability?.timeoutMs },
+      `a ${write} was not acknowledged by ${this.durabilityText()}: a failover now may erase it (the result was delivered)`,
+    );
+  }
+
+  private durabilityText(): string {
+    const { replicas = 0, timeoutMs = 0 } = this.durability ?? {};
+    return `${replicas} replica${replicas === 1 ? '' : 's'} within ${timeoutMs} ms`;
+  }
+
+  /** Writes acted on without the replicas durability asked for, by kind, since this store was opened. */
+  unreplicatedWrites(): Record<string, number> {
+    return Object.fromEntries(this.unreplicated);
+  }
+
   private run(script: ScriptName, keys: string[], args: Arg[]): Promise<Reply> {
     const command = (this.client as unknown as Record<ScriptName, (numKeys: number, ...rest: Arg[]) => Promise<Reply>>)[script];
     return command.call(this.client, keys.length, ...keys, ...args);
@@ -762,6 +934,12 @@ function groupMembers(members: string[]): Map<string, string[]> {
 /** `size` slots of a rotating walk over every slot, from `cursor` on. */
 function walkSlice(cursor: number, size: number): number[] {
   return Array.from({ length: size }, (_, i) => (cursor + i) % SLOT_COUNT);
+}
+
+/** The master serving a slot, by the client's slot map: the connection a script on that slot went through. */
+function masterOfSlot(cluster: Cluster, slot: number): Redis | null {
+  const address = cluster.slots[slot]?.[0];
+  return cluster.nodes('master').find((node) => `${node.options.host}:${node.options.port}` === address) ?? null;
 }
 
 /** Slots grouped by the master serving them, by the client's slot map (a slot with no known master is left out). */

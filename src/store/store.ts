@@ -68,7 +68,19 @@ export interface SpendRequest {
   ttlMs: number; // handle slide
   /** The handle's token bucket; null takes no token (the second reserve of a call that just settled a charge). */
   bucket: { ratePerSecond: number; burst: number } | null;
+  /** See `Attempt`. */
+  attempt?: Attempt;
 }
+
+/**
+ * One caller's attempt at a money operation (SPEC §21 "Retried writes are idempotent"). The store
+ * runs the operation again with the same attempt after a lost reply (a connection reset, a
+ * failover): that re-run finds the first run's effect and answers exactly as it did, changing
+ * nothing. Another caller (another attempt, or none) gets the operation's ordinary answer: a second
+ * commit of a reservation is null, a second claim of a charge is not claimed. Left out, the store
+ * makes one per call.
+ */
+export type Attempt = string;
 
 /** The answer of `reserve`: the first of §6.2 steps 3–6 that decided the call. */
 export type SpendDecision =
@@ -86,6 +98,7 @@ export interface OpenChargeRequest {
   now: number;
   ttlMs: number; // chargeTtl
   firstPollDelayMs: number; // ~3 s
+  attempt?: Attempt;
 }
 
 /** `beginCharge`: either the pending charge to reuse, or the caller now owns opening a new one. */
@@ -99,6 +112,7 @@ export interface SettlementClaim {
   outcome: 'settled' | 'underpaid';
   credits: number; // credits to grant (0 for underpaid)
   receivedAmount: string | null;
+  attempt?: Attempt;
 }
 
 export interface ClaimResult {
@@ -121,18 +135,18 @@ export interface Store {
    * same atomic step; returns the balance left (net of other reservations), or null if it no longer
    * exists (or the handle's life ended: the expiry step then writes its credits off).
    */
-  commit(handleHash: string, reservationId: string, tool?: string): Promise<number | null>;
+  commit(handleHash: string, reservationId: string, tool?: string, attempt?: Attempt): Promise<number | null>;
   /** Gives a reservation's credits back; returns the balance, or null if it no longer exists (already committed/released). */
-  release(handleHash: string, reservationId: string): Promise<number | null>;
+  release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null>;
   /** Reservations whose deadline passed (a gateway died mid-call) are released; returns how many. */
   releaseStaleReservations(now: number, limit: number): Promise<number>;
   /** Grants credits outside a settlement (operator `credits grant`) with its `adjust` ledger entry; returns the new balance. */
-  grantCredits(handleHash: string, sku: string, credits: number, reason?: string): Promise<number>;
+  grantCredits(handleHash: string, sku: string, credits: number, reason?: string, attempt?: Attempt): Promise<number>;
 
   /** §6.5 "at most one pending charge per SKU": reuse, or begin opening a new one. */
   beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult>;
   /** Stores the provider's link on an 'opening' charge, making it 'pending'. */
-  attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null>;
+  attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }, attempt?: Attempt): Promise<ChargeRecord | null>;
   /** Drops an 'opening' charge whose provider call failed, so the next challenge tries again. */
   abortCharge(handleHash: string, nonce: string): Promise<void>;
   getCharge(handleHash: string, nonce: string): Promise<ChargeRecord | null>;
@@ -179,6 +193,16 @@ export interface Store {
 
   ping(): Promise<void>;
   close(): Promise<void>;
+  /**
+   * SPEC §21 orphans: a payment the provider reports for a charge this store does not know (a
+   * failover erased it, or a link opened elsewhere) is kept for the operator, never dropped. True the
+   * first time a provider ref is recorded. Kept RETENTION_MS from then.
+   */
+  recordOrphanPayment(orphan: OrphanPayment): Promise<boolean>;
+  /** Every orphan payment kept, oldest first (`tollbooth charges orphans`). */
+  listOrphanPayments(): Promise<OrphanPayment[]>;
+  /** SPEC §21: writes acted on without the replicas durability asked for, by kind, since opened (Redis with durability replicated). */
+  unreplicatedWrites?(): Record<string, number>;
 
   // ── ledger (SPEC §17; README.md beside this file, "Ledger") ─────────────────────────────────────
   /**
@@ -219,7 +243,7 @@ export interface Store {
    * already finished. A 'settled' outcome writes the `x402_settle` ledger entry under the payer's
    * address in the same atomic step.
    */
-  finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean>;
+  finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome, attempt?: Attempt): Promise<boolean>;
   getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null>;
   /**
    * SPEC §21, through the durable outbox (store/outbox.ts): the `x402_settle` entry of one settled call,
@@ -239,6 +263,15 @@ export interface Store {
   /** The principal a session is bound to, or null; a binding found is kept ttlMs from now (sliding). */
   sessionPrincipal(sessionHash: string, ttlMs: number): Promise<string | null>;
   // ── end of sessions bound to principals ────────────────────────────────────────────────────────
+}
+
+/** A payment the provider reports for a charge the store does not know (SPEC §21). */
+export interface OrphanPayment {
+  providerRef: string; // the provider's link id: the operator looks the payment up with it
+  receivedAmount: string | null;
+  noticedAt: number; // epoch ms
+  /** What reported it: a webhook (or the dev pay action) re-read by ref. */
+  source: string;
 }
 
 // ── ledger (SPEC §17) ────────────────────────────────────────────────────────────────────────────
@@ -320,6 +353,7 @@ export interface PaymentNonceClaim extends PaymentNonceKey {
   sku: string;
   tool: string;
   amount: string; // atomic units
+  attempt?: Attempt;
 }
 
 export type PaymentNonceState = 'claimed' | 'settled' | 'settle_failed' | 'not_settled';

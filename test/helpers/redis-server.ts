@@ -31,6 +31,8 @@ export interface RedisCluster {
 export interface StartRedisOptions {
   /** AOF with fsync on every write, so a SIGKILLed server restarts with its data. */
   persist?: boolean;
+  /** Starts a replica of the server on this port (resolves once its link to the primary is up). */
+  replicaOf?: number;
 }
 
 const live = new Set<ChildProcess>();
@@ -41,8 +43,10 @@ process.once('exit', () => {
 export async function startRedis(options: StartRedisOptions = {}): Promise<RedisServer> {
   const dir = mkdtempSync(join(tmpdir(), 'tb-redis-'));
   const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
-  const started = await launchOnFreePort(false, (port) => ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--daemonize', 'no', '--loglevel', 'warning']);
+  const replication = options.replicaOf !== undefined ? ['--replicaof', '127.0.0.1', String(options.replicaOf)] : [];
+  const started = await launchOnFreePort(false, (port) => ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, ...replication, '--dir', dir, '--daemonize', 'no', '--loglevel', 'warning']);
   const { port, args } = started;
+  if (options.replicaOf !== undefined) await waitFor(async () => cli(port, 'info', 'replication').includes('master_link_status:up'), `replica on ${port} linked to its primary`);
   let { child } = started;
   return {
     url: `redis://127.0.0.1:${port}`,
@@ -111,6 +115,80 @@ export async function startRedisSentinel(masterPort: number, masterName = 'tbmas
     async stop() {
       await terminate(child);
       rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface SentinelSet {
+  /** The store URL: every sentinel, the master name. */
+  url: string;
+  /** The data nodes (index 0 started as primary); each keeps its port across a kill and restart. */
+  nodes: RedisServer[];
+  sentinelPorts: number[];
+  /** The port of the primary the sentinels name now. */
+  primaryPort(): number;
+  /** Resolves once the sentinels name a primary other than `oldPort` that answers as master. */
+  awaitPromotion(oldPort: number, timeoutMs?: number): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A Sentinel set-up from the real binaries: one primary, `replicas` replicas and `sentinels`
+ * `redis-server --sentinel` processes (quorum: a majority), on random ports, with short timeouts so
+ * a failover takes a few seconds.
+ */
+export async function startSentinelSet(options: { replicas?: number; sentinels?: number; masterName?: string } = {}): Promise<SentinelSet> {
+  const masterName = options.masterName ?? 'tbfail';
+  // With persistence, as in production: a node restarted without it comes back empty, and an empty
+  // node taken for a primary (or synced from) wipes the data set — a different failure than the one tested.
+  const primary = await startRedis({ persist: true });
+  const nodes = [primary];
+  for (let i = 0; i < (options.replicas ?? 2); i++) nodes.push(await startRedis({ persist: true, replicaOf: primary.port }));
+  const count = options.sentinels ?? 3;
+  const quorum = Math.floor(count / 2) + 1;
+  const sentinels: { child: ChildProcess; port: number; dir: string }[] = [];
+  for (let i = 0; i < count; i++) {
+    const dir = mkdtempSync(join(tmpdir(), 'tb-redis-sentinel-'));
+    const config = join(dir, 'sentinel.conf');
+    const started = await launchOnFreePort(false, (port) => {
+      writeFileSync(config, [
+        `port ${port}`, 'bind 127.0.0.1', `dir ${dir}`,
+        `sentinel monitor ${masterName} 127.0.0.1 ${primary.port} ${quorum}`,
+        `sentinel down-after-milliseconds ${masterName} 1000`,
+        `sentinel failover-timeout ${masterName} 4000`,
+        `sentinel parallel-syncs ${masterName} 2`,
+        '',
+      ].join('\n'));
+      return [config, '--sentinel', '--loglevel', 'warning'];
+    });
+    sentinels.push({ child: started.child, port: started.port, dir });
+  }
+  const named = (port: number): number => {
+    const reply = cli(port, 'sentinel', 'get-master-addr-by-name', masterName).trim().split('\n');
+    return Number(reply[1]);
+  };
+  // Every sentinel knows the replicas and the other sentinels before the first failover is asked of them.
+  await waitFor(async () => sentinels.every(({ port }) => /num-other-sentinels\n(\d+)/.exec(cli(port, 'sentinel', 'master', masterName))?.[1] === String(count - 1)), 'sentinels to discover each other', { timeoutMs: 20_000, everyMs: 200 });
+  await waitFor(async () => sentinels.every(({ port }) => /num-slaves\n(\d+)/.exec(cli(port, 'sentinel', 'master', masterName))?.[1] === String(nodes.length - 1)), 'sentinels to discover the replicas', { timeoutMs: 20_000, everyMs: 200 });
+  return {
+    url: `redis://${sentinels.map(({ port }) => `127.0.0.1:${port}`).join(',')}/0?sentinelMasterName=${masterName}`,
+    nodes,
+    sentinelPorts: sentinels.map(({ port }) => port),
+    primaryPort: () => named(sentinels[0]?.port ?? 0),
+    async awaitPromotion(oldPort, timeoutMs = 30_000) {
+      let promoted = 0;
+      await waitFor(async () => {
+        const port = named(sentinels[0]?.port ?? 0);
+        if (!port || port === oldPort || !cli(port, 'info', 'replication').includes('role:master')) return false;
+        promoted = port;
+        return true;
+      }, 'a replica promoted by the sentinels', { timeoutMs, everyMs: 100 });
+      return promoted;
+    },
+    async stop() {
+      await Promise.all(sentinels.map(({ child }) => terminate(child)));
+      for (const { dir } of sentinels) rmSync(dir, { recursive: true, force: true });
+      await Promise.all(nodes.map((node) => node.stop()));
     },
   };
 }

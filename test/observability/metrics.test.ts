@@ -252,3 +252,17 @@ t.test("an upstream's odd status codes (299, 418, 599) are counted by class, nev
   t.same(samples.map((s) => s.labels.status).sort(), ['2xx', '4xx', '5xx']);
   t.same(samples.map((s) => [s.labels.method, s.labels.status, s.value]).sort(), [['ping', '2xx', 1], ['ping', '4xx', 1], ['ping', '5xx', 1]]);
 });
+
+t.test('tollbooth_store_unreplicated_writes_total follows the store\'s running totals at each scrape', async (t) => {
+  const { createMetrics } = await import('../../src/observability/metrics.js');
+  const totals: Record<string, number> = {};
+  const metrics = createMetrics(async () => 0, async () => 0, () => totals);
+  const scrape = async (): Promise<Sample[]> => parseExposition(await metrics.registry.metrics()).filter((s) => s.name === 'tollbooth_store_unreplicated_writes_total');
+  t.same(await scrape(), [], 'nothing counted yet');
+  totals.commit = 2;
+  t.same((await scrape()).map((s) => [s.labels.op, s.value]), [['commit', 2]]);
+  totals.commit = 3;
+  totals.claim = 1;
+  t.same((await scrape()).map((s) => [s.labels.op, s.value]).sort(), [['claim', 1], ['commit', 3]]);
+  t.same((await scrape()).map((s) => [s.labels.op, s.value]).sort(), [['claim', 1], ['commit', 3]], 'a scrape without news counts nothing');
+});

@@ -358,3 +358,28 @@ t.test('waiting: in one process a second observer joins the read under way (no s
   t.equal(provider.reads, 1);
   t.equal(await balanceOf(store, charge), 250);
 });
+
+t.test('a payment the provider reports for a link the store does not know is kept as an orphan, once, never dropped', async (t) => {
+  const readings: Record<string, ChargeReading> = {
+    'link-paid': { status: 'completed', receivedAmount: '5' },
+    'link-open': { status: 'active', receivedAmount: null },
+  };
+  const provider: PaymentProvider = {
+    ...unusedProvider,
+    readCharge: async (ref) => {
+      const reading = readings[ref];
+      if (!reading) throw new Error('unknown link');
+      return reading;
+    },
+  };
+  const h = harness(new MemoryStore(), provider);
+  t.equal(await h.settler.observeByRef('link-paid'), 'skipped', 'no balance changes');
+  t.equal(await h.settler.observeByRef('link-paid'), 'skipped');
+  t.equal(await h.settler.observeByRef('link-open'), 'skipped', 'an unpaid unknown link is not an orphan');
+  t.equal(await h.settler.observeByRef('link-gone'), 'skipped', 'nor one the provider does not know');
+  t.match(await h.store.listOrphanPayments(), [{ providerRef: 'link-paid', receivedAmount: '5', source: 'webhook' }]);
+  t.equal((await h.store.listOrphanPayments()).length, 1, 'recorded once');
+  const counted = (await h.metrics.registry.getSingleMetric('tollbooth_orphan_payments_total')?.get())?.values[0]?.value;
+  t.equal(counted, 1, 'tollbooth_orphan_payments_total counts it once');
+  t.equal(h.logs().filter((line) => line.evt === 'orphan_payment').length, 1);
+});

@@ -1065,6 +1065,82 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
   behaviour('200 concurrent claims of one nonce: exactly one wins', async (f, t) => {
     t.equal(await concurrentNonceClaims([f.store], nonceClaim(f.clock)), 1);
   });
+  // ── retried writes (SPEC §21): a re-run of the same attempt answers as the first run did ────────
+
+  behaviour('a script re-run answers as the first run did: reserve, commit, release', async (f, t) => {
+    const handleHash = await f.handle({ credits: 5 });
+    const first = f.spendRequest(handleHash, { cost: 2, attempt: 'a-reserve' });
+    const reserved = await f.store.reserve(first);
+    t.same(reserved, { kind: 'reserved', remaining: 3 });
+    t.same(await f.store.reserve(first), reserved, 'the re-run answers the same');
+    t.equal(await f.balance(handleHash), 3, 'and reserved once');
+    t.equal(await f.store.commit(handleHash, first.reservationId, 'fetch_readable', 'a-commit'), 3);
+    await f.spend(handleHash, { cost: 1 });
+    t.equal(await f.store.commit(handleHash, first.reservationId, 'fetch_readable', 'a-commit'), 3, 'a re-run of the commit answers its first balance');
+    t.equal(await f.store.commit(handleHash, first.reservationId, 'fetch_readable'), null, 'another caller still sees it committed');
+    const second = f.spendRequest(handleHash, { cost: 1, attempt: 'b-reserve' });
+    await f.store.reserve(second);
+    t.equal(await f.store.release(handleHash, second.reservationId, 'b-release'), 2);
+    t.equal(await f.store.release(handleHash, second.reservationId, 'b-release'), 2, 'a re-run of the release answers the same');
+    t.equal(await f.store.release(handleHash, second.reservationId), null);
+    t.equal(await f.balance(handleHash), 2);
+    const spends = (await f.store.ledgerTail(handleHash, 10)).filter((entry) => entry.kind === 'spend');
+    t.equal(spends.length, 1, 'one spend entry for the committed reservation');
+  });
+
+  behaviour('a script re-run answers as the first run did: an operator grant', async (f, t) => {
+    const handleHash = await f.handle();
+    t.equal(await f.store.grantCredits(handleHash, SKU, 4, 'goodwill', 'g-1'), 4);
+    t.equal(await f.store.grantCredits(handleHash, SKU, 4, 'goodwill', 'g-1'), 4);
+    t.equal(await f.balance(handleHash), 4, 'granted once');
+    t.equal(await f.store.grantCredits(handleHash, SKU, 4, 'goodwill', 'g-2'), 8, 'another attempt is another grant');
+  });
+
+  behaviour('a script re-run answers as the first run did: begin a charge, attach its link, claim it', async (f, t) => {
+    const handleHash = await f.handle();
+    const request = { handleHash, sku: SKU, nonce: randomId('n_'), snapshot: SNAPSHOT, now: f.clock.now(), ttlMs: CHARGE_TTL, firstPollDelayMs: 3_000, attempt: 'c-begin' };
+    const begun = await f.store.beginCharge(request);
+    t.equal(begun.kind, 'begun');
+    t.same(await f.store.beginCharge(request), begun, 'the opener is still the opener');
+    const link = { providerRef: randomId('ref_'), checkoutUrl: 'https://pay.test/x' };
+    const attached = await f.store.attachLink(handleHash, request.nonce, link, 'c-attach');
+    t.match(attached, { status: 'pending' });
+    t.same(await f.store.attachLink(handleHash, request.nonce, link, 'c-attach'), attached, 'the link is still attached for the re-run');
+    t.equal(await f.store.attachLink(handleHash, request.nonce, link), null, 'another caller cannot attach again');
+    const claim = { handleHash, nonce: request.nonce, outcome: 'settled' as const, credits: 10, receivedAmount: '5', attempt: 'c-claim' };
+    const claimed = await f.store.claimSettlement(claim);
+    t.match(claimed, { claimed: true, balance: 10 });
+    t.same(await f.store.claimSettlement(claim), claimed, 'the re-run is told it claimed');
+    t.match(await f.store.claimSettlement({ ...claim, attempt: 'other' }), { claimed: false }, 'another observer is not');
+    t.equal(await f.balance(handleHash), 10, 'granted once');
+    const grants = (await f.store.ledgerTail(handleHash, 10)).filter((entry) => entry.kind === 'grant');
+    t.equal(grants.length, 1, 'one grant entry');
+  });
+
+  behaviour('a script re-run answers as the first run did: x402 nonce claim and settle record', async (f, t) => {
+    const claim = nonceClaim(f.clock, { attempt: 'x-claim' });
+    t.equal(await f.store.claimPaymentNonce(claim), true);
+    t.equal(await f.store.claimPaymentNonce(claim), true, 'the re-run still holds the claim');
+    t.equal(await f.store.claimPaymentNonce({ ...claim, attempt: 'x-other' }), false, 'another claim is a replay');
+    const outcome = { state: 'settled' as const, transaction: `0x${'cd'.repeat(32)}`, at: f.clock.now() };
+    t.equal(await f.store.finishPaymentNonce(claim, outcome, 'x-finish'), true);
+    t.equal(await f.store.finishPaymentNonce(claim, outcome, 'x-finish'), true, 'the re-run is told it recorded the outcome');
+    t.equal(await f.store.finishPaymentNonce(claim, outcome), false);
+    const entries = await f.store.readLedger({ kind: 'payer', payer: claim.payer }, { limit: 10 });
+    t.equal(entries.filter((entry) => entry.kind === 'x402_settle').length, 1, 'one x402_settle entry');
+  });
+
+  behaviour('an orphan payment is recorded once per provider ref and listed oldest first', async (f, t) => {
+    const now = f.clock.now();
+    t.equal(await f.store.recordOrphanPayment({ providerRef: 'ref-b', receivedAmount: '5', noticedAt: now + 10, source: 'webhook' }), true);
+    t.equal(await f.store.recordOrphanPayment({ providerRef: 'ref-a', receivedAmount: null, noticedAt: now, source: 'dev' }), true);
+    t.equal(await f.store.recordOrphanPayment({ providerRef: 'ref-b', receivedAmount: '9', noticedAt: now + 20, source: 'webhook' }), false, 'the first record stays');
+    t.same(await f.store.listOrphanPayments(), [
+      { providerRef: 'ref-a', receivedAmount: null, noticedAt: now, source: 'dev' },
+      { providerRef: 'ref-b', receivedAmount: '5', noticedAt: now + 10, source: 'webhook' },
+    ]);
+  });
+
   // ── ledger (SPEC §17): ledger-conformance.ts ──────────────────────────────────────────────────────
   ledgerBehaviours(behaviour);
 

@@ -13,7 +13,7 @@ t.test('the default is the OS state dir: $XDG_STATE_HOME, else ~/.local/state; %
 });
 
 t.test('store.outboxDir is honoured, with one directory per store (address and key prefix)', async (t) => {
-  const store = (redis: { url: string; keyPrefix?: string }, outboxDir?: string): GatewayConfig['store'] => ({ type: 'redis', redis: { keyPrefix: 'tollbooth:', ...redis }, ...(outboxDir === undefined ? {} : { outboxDir }) });
+  const store = (redis: { url: string; keyPrefix?: string }, outboxDir?: string): GatewayConfig['store'] => ({ type: 'redis', redis: { keyPrefix: 'tollbooth:', durability: 'none', waitReplicas: 1, waitTimeout: 100, ...redis }, ...(outboxDir === undefined ? {} : { outboxDir }) });
   const a = outboxDirFor(store({ url: 'redis://a:6379' }, '/srv/outbox'));
   t.match(a, /^\/srv\/outbox\/[0-9a-f]{16}$/);
   t.equal(outboxDirFor(store({ url: 'redis://a:6379' }, '/srv/outbox')), a, 'stable for one store');

@@ -7,7 +7,7 @@ import { createLogger } from '../../src/observability/logger.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { HANDLE_GRACE_MS, LEDGER_RETENTION_MS } from '../../src/store/policy.js';
-import type { GatewayConfig } from '../../src/config/schema.js';
+import type { RedisStoreConfig } from '../../src/store/redis.js';
 import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
 
 const PREFIX = 'tbkeys:';
@@ -105,7 +105,7 @@ async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number
   return found;
 }
 
-async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: number[], clustered: boolean): Promise<void> {
+async function checkKeys(t: Test, storeConfig: RedisStoreConfig, ports: number[], clustered: boolean): Promise<void> {
   const clock = { offset: 0 };
   const store = await RedisStore.connect(storeConfig, { logger, now: () => Date.now() + clock.offset });
   await exerciseEveryOperation(store, clock);
@@ -116,7 +116,9 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
     t.ok(key.startsWith(PREFIX), `${key} starts with the prefix`);
     t.ok(pttl > 0, `${key} has a TTL (${pttl} ms)`);
   }
-  const handleKeys = keys.filter(({ key }) => /\{h:(aa11|bb22|cc33)\}/.test(key)).map(({ key }) => key);
+  // Operation records (SPEC §21: a re-run after a lost reply answers as the first run) are short-lived handle keys.
+  const handleKeys = keys.filter(({ key }) => /\{h:(aa11|bb22|cc33)\}/.test(key) && !key.includes('}:op:')).map(({ key }) => key);
+  t.ok(keys.some(({ key }) => key.startsWith(`${PREFIX}{h:aa11}:op:c:`)), 'a commit leaves its operation record under the handle tag');
   t.same(
     handleKeys.sort(),
     [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:ledger`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`, `${PREFIX}{h:bb22}:ledger`, `${PREFIX}{h:cc33}`, `${PREFIX}{h:cc33}:ledger`],
@@ -129,9 +131,9 @@ async function checkKeys(t: Test, storeConfig: GatewayConfig['store'], ports: nu
   // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
   // handle's fingerprint lives outside the handle's tag.
   const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+|handle-expiry|so:[A-Za-z0-9_-]+)\}$|^tbkeys:\{rs:[0-9a-z]+\}:exp$/;
-  const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges|:ledger)?$/;
+  const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges|:ledger|:op:[a-z]:[^:]+)?$/;
   // x402 (SPEC §19): an authorization claim and the payer's ledger, under the payer's tag.
-  const payerKey = /^tbkeys:\{x402:0x[0-9a-f]{40}\}(:nonce:[^:]+:[^:]+:0x[0-9a-f]{64}|:nonce:eip155:[0-9]+:0x[0-9a-f]{40}:0x[0-9a-f]{64}|:ledger)$/;
+  const payerKey = /^tbkeys:\{x402:0x[0-9a-f]{40}\}(:nonce:[^:]+:[^:]+:0x[0-9a-f]{64}|:nonce:eip155:[0-9]+:0x[0-9a-f]{40}:0x[0-9a-f]{64}(:op:(claim|finish))?|:ledger)$/;
   for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key) || payerKey.test(key), `${key} is a handle key, a payer key or a known global key`);
   t.ok(keys.some(({ key }) => key === `${PREFIX}{x402:${'0x857b06519e91e3a54538791bdbb0e22373e36b66'}}:ledger`), 'the payer ledger is under the payer tag');
   t.notOk(keys.some(({ key }) => key.includes('tb_s_')), 'no key is named by a fingerprint');

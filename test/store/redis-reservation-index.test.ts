@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import t, { type Test } from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { GatewayConfig } from '../../src/config/schema.js';
+import type { RedisStoreConfig } from '../../src/store/redis.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
@@ -43,7 +43,7 @@ async function slotOwners(port: number): Promise<(slot: number) => number> {
 
 const keySlot = (port: number, key: string): number => Number(cli(port, 'cluster', 'keyslot', key).trim());
 
-async function indexWriteImpossible(t: Test, storeConfig: GatewayConfig['store'], keys: KeySpace, clustered: boolean, raw: (key: string) => Redis): Promise<void> {
+async function indexWriteImpossible(t: Test, storeConfig: RedisStoreConfig, keys: KeySpace, clustered: boolean, raw: (key: string) => Redis): Promise<void> {
   const store = await RedisStore.connect(storeConfig, { logger });
   t.teardown(() => store.close());
   const handleHash = randomBytes(8).toString('hex');
@@ -91,7 +91,7 @@ t.test('cluster: a node crash in the middle of a reserve leaves no reservation o
   while (owner(keySlot(seed, keys.handle(handleHash).handle)) === otherPort);
   const handlePort = owner(keySlot(seed, keys.handle(handleHash).handle));
   const nodeOf = (port: number) => cluster.nodes.find((n) => n.port === port) as (typeof cluster.nodes)[number];
-  const storeConfig: GatewayConfig['store'] = { type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: prefix } };
+  const storeConfig: RedisStoreConfig = { type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: prefix } };
 
   const store = await RedisStore.connect(storeConfig, { logger });
   await store.createHandle({ handleHash, fingerprint: 'tb_s_idx1..1111', principal: null, ttlMs: HOUR });

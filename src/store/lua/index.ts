@@ -10,7 +10,8 @@ import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-reque
 import { MARK_CHARGE_READ } from './reads.js';
 import { RECORD_X402_SETTLEMENT } from './outbox.js';
 import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
-import { FINISH_PAYMENT_NONCE } from './x402.js';
+import { once } from './operations.js';
+import { CLAIM_PAYMENT_NONCE, FINISH_PAYMENT_NONCE } from './x402.js';
 
 const BODIES = {
   tbCreateHandle: CREATE_HANDLE,
@@ -38,6 +39,7 @@ const BODIES = {
   tbMarkChargeRead: MARK_CHARGE_READ,
   // the durable outbox (store/outbox.ts)
   tbRecordX402Settlement: RECORD_X402_SETTLEMENT,
+  tbClaimPaymentNonce: CLAIM_PAYMENT_NONCE,
   // priced-request registry (SPEC §6.5)
   tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
   tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
@@ -48,7 +50,18 @@ const BODIES = {
 
 export type ScriptName = keyof typeof BODIES;
 
+/**
+ * The scripts that move money or claim something once, each identified by its operation id: they
+ * take an operation record key as KEYS[1] and an attempt id as ARGV[1] ahead of their own (operations.ts),
+ * so a re-run after a lost reply answers as the first run did. Those left out are idempotent as they
+ * are (release-stale, expire-handle, abandon/expire-charge: a re-run finds nothing left to change and
+ * moves nothing) or move no money.
+ */
+export const ONCE_SCRIPTS = new Set<ScriptName>([
+  'tbReserve', 'tbCommit', 'tbRelease', 'tbGrantCredits', 'tbBeginCharge', 'tbAttachLink', 'tbClaimSettlement', 'tbClaimPaymentNonce', 'tbFinishPaymentNonce',
+]);
+
 /** Script name → full Lua source (shared helpers first). */
 export const SCRIPTS: Record<ScriptName, string> = Object.fromEntries(
-  Object.entries(BODIES).map(([name, body]) => [name, PRELUDE + LEDGER_PRELUDE + body]),
+  Object.entries(BODIES).map(([name, body]) => [name, PRELUDE + LEDGER_PRELUDE + (ONCE_SCRIPTS.has(name as ScriptName) ? once(body) : body)]),
 ) as Record<ScriptName, string>;

@@ -1,5 +1,12 @@
-// x402 authorization claims (SPEC §19). The claim itself is one `SET NX PX` (atomic on its own);
-// recording how a claim ended is a read-check-write, so it is a script.
+// x402 authorization claims (SPEC §19). The claim is a `SET NX PX` in a script, so that a re-run of
+// the same attempt after a lost reply answers "claimed" again (operations.ts); recording how a claim
+// ended is a read-check-write.
+
+/** KEYS claim. ARGV record (JSON), ttlMs. Returns 1 for the first claim, 0 while the nonce is claimed. */
+export const CLAIM_PAYMENT_NONCE = `
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 1 end
+return 0
+`;
 
 /**
  * KEYS claim, the payer's ledger. ARGV state, transaction ('' = none), at, ledgerRetentionMs. Only a
