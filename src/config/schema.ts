@@ -320,7 +320,13 @@ export const configSchema = z
     metrics: z.strictObject({ enabled: z.boolean().default(true), path: z.string().regex(/^\//, 'a path starting with "/"').default('/metrics') }).prefault({}),
     logging: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).prefault({}),
     // SPEC §17: how long ledger entries outlive their handle.
-    ledger: z.strictObject({ retention: duration.refine((ms) => ms >= 86_400_000, 'a duration of at least 1d').default(400 * 86_400_000) }).prefault({}),
+    ledger: z
+      .strictObject({
+        retention: duration.refine((ms) => ms >= 86_400_000, 'a duration of at least 1d').default(400 * 86_400_000),
+        // The HMAC-SHA-256 key of `ledger export`'s trailer; empty = the trailer's mac is null.
+        signingKey: z.string().default(''),
+      })
+      .prefault({}),
   })
   .superRefine((config, ctx) => {
     for (const [tool, price] of Object.entries(config.tools)) {
