@@ -6,7 +6,8 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import pino from 'pino';
 import { stringify } from 'yaml';
 import { once } from 'node:events';
-import { grantCredits, ledgerExport, ledgerVerify, listCharges, showHandle, type AdminContext } from './admin.js';
+import { existsSync } from 'node:fs';
+import { grantCredits, ledgerExport, ledgerVerify, ledgerVerifyFile, listCharges, showHandle, type AdminContext } from './admin.js';
 import { loadConfig } from './config/load.js';
 import { printableConfig } from './config/mask.js';
 import { isGatewayError } from './errors.js';
@@ -28,6 +29,8 @@ commands:
   ledger export [--since T] [--until T] [--format jsonl|csv]
                                            every ledger entry in time order (T: ISO 8601 or epoch ms; until exclusive)
   ledger verify                            recompute every balance from the ledger; exit 1 listing each mismatch
+  ledger verify --file EXPORT              check an exported file offline (hash chain, trailer, mac with
+                                           ledger.signingKey from the config when there is one); exit 1 listing each problem
   bridge [--port N] -- <command…>          serve a stdio MCP server over Streamable HTTP, no paywall (--help)
 
 --config FILE defaults to $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG}.
@@ -91,8 +94,16 @@ const VERBS: Record<string, Verb> = {
   },
   'ledger verify': {
     positionals: [],
-    options: {},
-    run: (configPath) => withAdmin(configPath, (context) => ledgerVerify(context)),
+    options: { file: stringOption },
+    run: async (configPath, _positionals, values) => {
+      const file = asString(values.file);
+      if (file === undefined) return withAdmin(configPath, (context) => ledgerVerify(context));
+      // Offline: no store. The config only lends ledger.signingKey; without one (none given and no
+      // default file) a signed trailer is reported as unchecked, never passed.
+      const explicit = asString(values.config) !== undefined || process.env.TOLLBOOTH_CONFIG !== undefined;
+      const signingKey = explicit || existsSync(configPath) ? loadConfig(configPath).ledger.signingKey : '';
+      return ledgerVerifyFile((line) => process.stdout.write(`${line}\n`), file, signingKey);
+    },
   },
 };
 
