@@ -168,7 +168,7 @@ export class X402Rail {
         expiresAt: (checked.authorization.validBefore + this.#skewSeconds) * 1000,
         claimedAt: this.#clock(),
         sku: call.price.sku,
-        tool: call.tool,
+        tool: call.ledgerTool ?? call.tool,
         amount: requirements.amount,
       });
     } catch (error) {
