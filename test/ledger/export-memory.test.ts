@@ -31,7 +31,7 @@ const MB = 1024 * 1024;
 // 100,000 entries written, exported twice and verified, with a full GC every 250 ms: ~40 s on a quiet
 // 2-core machine, several times that when the suite's other files load both cores. Writing them costs
 // more since each append hashes the entry before it in Lua (about 150 µs of Redis CPU each, ~15 s).
-t.setTimeout(360_000);
+t.setTimeout(600_000);
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
