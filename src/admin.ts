@@ -2,11 +2,14 @@
 // charges, export and verify the ledger. Pure functions over a store, the config and an output
 // writer, so tests drive them without a process. What they print follows the logging rules (§10): never a handle, a handle
 // hash in full, a checkout URL or a provider link id.
+import { createReadStream } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { GatewayError } from './errors.js';
 import type { GatewayConfig } from './config/schema.js';
 import { exportLedger } from './ledger/export.js';
 import { EXPORT_FORMATS, parseTimeBound, safeReason, type ExportFormat } from './ledger/format.js';
 import { verifyLedger } from './ledger/verify.js';
+import { verifyExportFile } from './ledger/verify-file.js';
 import { fingerprint, redactHandles } from './observability/fingerprint.js';
 import type { Logger } from './observability/logger.js';
 import { hashHandle, isWellFormedHandle } from './paywall/handles.js';
@@ -129,7 +132,8 @@ export async function ledgerExport(context: AdminContext, options: { since?: str
   const since = parseTimeBound('--since', options.since);
   const until = parseTimeBound('--until', options.until);
   const write = context.write ?? (async (chunk: string) => chunk.replace(/\n$/, '').split('\n').forEach((line) => context.out(line)));
-  const report = await exportLedger(context.store, { format, since, until }, write);
+  const now = (context.now ?? Date.now)();
+  const report = await exportLedger(context.store, { format, since, until, now, signingKey: context.config.ledger.signingKey }, write);
   context.logger.info({ evt: 'ledger_export', format, accounts: report.accounts, entries: report.entries, runs: report.runs }, 'ledger exported');
 }
 
@@ -141,6 +145,25 @@ export async function ledgerVerify(context: AdminContext): Promise<number> {
   const summary = `${report.accounts} ledgers, ${report.entries} entries checked, ${report.mismatches} ${report.mismatches === 1 ? 'mismatch' : 'mismatches'}`;
   context.out(report.mismatches === 0 ? `ledger verified: ${summary}` : `ledger NOT verified: ${summary} (docs/operations.md, "Ledger verify mismatches")`);
   return report.mismatches === 0 ? 0 : 1;
+}
+
+/**
+ * `tollbooth ledger verify --file EXPORT`: 0 when the exported file is whole and unchanged, 1 listing
+ * each problem with the ledger's fingerprint (or payer) and seq.
+ */
+export async function ledgerVerifyFile(out: (line: string) => void, path: string, signingKey: string): Promise<number> {
+  const input = createReadStream(path, { encoding: 'utf8' });
+  const opened = new Promise<void>((resolve, reject) => input.once('open', () => resolve()).once('error', reject));
+  await opened.catch((error: NodeJS.ErrnoException) => {
+    throw new GatewayError('TB_ERR_INVALID_PARAMS', `--file: cannot read ${JSON.stringify(path)} (${error.code ?? error.message})`);
+  });
+  const lines = createInterface({ input, crlfDelay: Infinity });
+  const report = await verifyExportFile(lines, signingKey, (problem) => {
+    out(`tamper  ${problem.ledger}  seq=${problem.seq ?? '-'}  ${problem.detail}`);
+  });
+  const summary = `${report.rows} entries of ${report.ledgers} ledgers (${report.format ?? 'unknown format'}, trailer ${report.signed ? 'signed' : 'unsigned'}), ${report.problems} ${report.problems === 1 ? 'problem' : 'problems'}`;
+  out(report.problems === 0 ? `export verified: ${summary}` : `export NOT verified: ${summary} (docs/operations.md, "Ledger verify mismatches")`);
+  return report.problems === 0 ? 0 : 1;
 }
 
 /** A full handle is hashed; anything else is taken as a fingerprint (`tb_s_KLeV..EPcw`). */

@@ -6,7 +6,8 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import pino from 'pino';
 import { stringify } from 'yaml';
 import { once } from 'node:events';
-import { grantCredits, ledgerExport, ledgerVerify, listCharges, listOrphans, showHandle, type AdminContext } from './admin.js';
+import { existsSync } from 'node:fs';
+import { grantCredits, ledgerExport, ledgerVerify, ledgerVerifyFile, listCharges, listOrphans, showHandle, type AdminContext } from './admin.js';
 import { adminSocketPath, callAdminChannel, type AdminRequest } from './admin-channel.js';
 import { loadConfig } from './config/load.js';
 import { applyOverrides, parsePort } from './config/overrides.js';
@@ -33,6 +34,8 @@ commands:
   ledger export [--since T] [--until T] [--format jsonl|csv]
                                            every ledger entry in time order (T: ISO 8601 or epoch ms; until exclusive)
   ledger verify                            recompute every balance from the ledger; exit 1 listing each mismatch
+  ledger verify --file EXPORT              check an exported file offline (hash chain, trailer, mac with
+                                           ledger.signingKey from the config when there is one); exit 1 listing each problem
   bridge [--port N] -- <command…>          serve a stdio MCP server over Streamable HTTP, no paywall (--help)
 
 --config FILE defaults to $TOLLBOOTH_CONFIG, else ${DEFAULT_CONFIG}.
@@ -129,8 +132,16 @@ const VERBS: Record<string, Verb> = {
   },
   'ledger verify': {
     positionals: [],
-    options: {},
-    run: (configPath, _positionals, values) => withAdmin(configPath, { verb: 'ledger verify', positionals: [], values }, (context) => ledgerVerify(context)),
+    options: { file: stringOption },
+    run: async (configPath, _positionals, values) => {
+      const file = asString(values.file);
+      if (file === undefined) return withAdmin(configPath, { verb: 'ledger verify', positionals: [], values }, (context) => ledgerVerify(context));
+      // Offline: no store. The config only lends ledger.signingKey; without one (none given and no
+      // default file) a signed trailer is reported as unchecked, never passed.
+      const explicit = asString(values.config) !== undefined || process.env.TOLLBOOTH_CONFIG !== undefined;
+      const signingKey = explicit || existsSync(configPath) ? loadConfig(configPath).ledger.signingKey : '';
+      return ledgerVerifyFile((line) => process.stdout.write(`${line}\n`), file, signingKey);
+    },
   },
 };
 

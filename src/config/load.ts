@@ -209,7 +209,7 @@ function quote(value: string): string {
 
 function isSecretPath(path: PathSegment[]): boolean {
   const last = String(path.at(-1));
-  if (['apiKey', 'webhookSecret', 'hashSecret'].includes(last)) return true;
+  if (['apiKey', 'webhookSecret', 'hashSecret', 'signingKey'].includes(last)) return true;
   if (path[0] === 'upstream' && path[1] === 'headers') return true;
   return path[0] === 'store' && path[1] === 'redis'; // redis URLs may carry a password
 }

@@ -11,6 +11,7 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   moove.apiKey = maskValue(moove.apiKey);
   moove.webhookSecret = maskValue(moove.webhookSecret);
   copy.handles.hashSecret = maskValue(copy.handles.hashSecret);
+  copy.ledger.signingKey = maskValue(copy.ledger.signingKey);
   for (const upstream of [copy.upstream, ...Object.values(copy.servers).map((entry) => entry.upstream)]) {
     for (const name of Object.keys(upstream.headers)) upstream.headers[name] = maskValue(upstream.headers[name] ?? '');
     if (upstream.url !== undefined) upstream.url = maskUrlSecrets(upstream.url);

@@ -332,7 +332,13 @@ export const configSchema = z
     // The admin channel of a memory-store gateway (src/admin-channel.ts): "" = admin-<port>.sock in the state dir.
     admin: z.strictObject({ socket: z.string('a Unix socket path, or "" for admin-<port>.sock in $XDG_STATE_HOME/tollbooth (else ~/.local/state/tollbooth)').default('') }).prefault({}),
     // SPEC §17: how long ledger entries outlive their handle.
-    ledger: z.strictObject({ retention: duration.refine((ms) => ms >= 86_400_000, 'a duration of at least 1d').default(400 * 86_400_000) }).prefault({}),
+    ledger: z
+      .strictObject({
+        retention: duration.refine((ms) => ms >= 86_400_000, 'a duration of at least 1d').default(400 * 86_400_000),
+        // The HMAC-SHA-256 key of `ledger export`'s trailer; empty = the trailer's mac is null.
+        signingKey: z.string().default(''),
+      })
+      .prefault({}),
   })
   .superRefine((config, ctx) => {
     for (const [tool, price] of Object.entries(config.tools)) {

@@ -115,7 +115,7 @@ function x402Calls(config: GatewayConfig, endpoint: EndpointConfig, rail: X402Ra
     rail,
     store: deps.store,
     // The resource a paid retry pays for is this endpoint's URL. A paid retry per client is throttled like paid calls per handle, in a bucket of its own.
-    settings: { endpointUrl: endpoint.publicUrl, x402Prices, perClient: config.limits.perHandle, argumentName: config.handles.argumentName },
+    settings: { endpointUrl: endpoint.publicUrl, x402Prices, perClient: config.limits.perHandle, argumentName: config.handles.argumentName, server: endpoint.name },
     metrics: deps.metrics,
     logger: deps.logger,
   });

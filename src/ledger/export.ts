@@ -1,16 +1,24 @@
 // `tollbooth ledger export` (SPEC §17): every entry of every ledger in time order, with the handle's
 // fingerprint (or the x402 payer's address), as JSON lines or CSV, optionally inside [since, until).
 // Ledgers are read one at a time, a page at a time; the global time order comes from a bounded
-// external sort (external-sort.ts), so memory does not grow with the number of handles or entries.
+// external sort (external-sort.ts), so memory does not grow with the number of entries. The file
+// ends with a trailer line (trailer.ts): per ledger, how many entries it holds and the hash of the
+// last one — the one part that grows with the number of ledgers (about 150 bytes each).
+import { entryHash } from '../store/ledger-chain.js';
 import type { LedgerAccount, Store } from '../store/store.js';
 import { ExternalSorter, type SortOptions } from './external-sort.js';
 import { csvHeader, csvRow, exportRecord, type ExportFormat, type ExportRecord } from './format.js';
+import { LedgerNames, trailerLine, type Trailer } from './trailer.js';
 
 export interface ExportOptions {
   format: ExportFormat;
   since?: number; // epoch ms, inclusive
   until?: number; // epoch ms, exclusive
   sort?: SortOptions;
+  /** `ledger.signingKey`: the trailer's HMAC key ('' or absent: mac null). */
+  signingKey?: string;
+  /** The trailer's exportedAt (epoch ms; default the system clock). */
+  now?: number;
 }
 
 export interface ExportReport {
@@ -29,14 +37,31 @@ const CHUNK_CHARS = 64 * 1024;
 export async function exportLedger(store: Store, options: ExportOptions, write: (chunk: string) => Promise<void>): Promise<ExportReport> {
   const sorter = new ExternalSorter(options.sort);
   const report: ExportReport = { accounts: 0, entries: 0, runs: 0 };
+  const names = new LedgerNames();
+  const trailer: Trailer = {
+    entries: 0,
+    exportedAt: new Date(options.now ?? Date.now()).toISOString(),
+    format: options.format,
+    since: options.since === undefined ? null : new Date(options.since).toISOString(),
+    until: options.until === undefined ? null : new Date(options.until).toISOString(),
+    lastHash: {},
+    ledgers: {},
+  };
   try {
     for await (const account of store.ledgerAccounts()) {
       const ordinal = report.accounts++;
+      let name: string | undefined;
       for await (const entry of entriesOf(store, account, options)) {
         report.entries++;
-        await sorter.add({ at: entry.at, account: ordinal, seq: entry.seq, line: JSON.stringify(exportRecord(account, entry)) });
+        name ??= names.name(account.kind === 'handle' ? entry.fingerprint : (entry.payer ?? account.payer));
+        const summary = (trailer.ledgers[name] ??= { entries: 0, firstSeq: entry.seq, lastSeq: entry.seq });
+        summary.entries++;
+        summary.lastSeq = entry.seq;
+        trailer.lastHash[name] = entryHash(entry);
+        await sorter.add({ at: entry.at, account: ordinal, seq: entry.seq, line: JSON.stringify(exportRecord(account, entry, name)) });
       }
     }
+    trailer.entries = report.entries;
     let chunk = options.format === 'csv' ? `${csvHeader()}\n` : '';
     for await (const line of sorter.sorted()) {
       chunk += `${options.format === 'csv' ? csvRow(JSON.parse(line) as ExportRecord) : line}\n`;
@@ -45,7 +70,7 @@ export async function exportLedger(store: Store, options: ExportOptions, write: 
         chunk = '';
       }
     }
-    if (chunk.length > 0) await write(chunk);
+    await write(`${chunk}${trailerLine(trailer, options.signingKey ?? '')}\n`);
     report.runs = sorter.runsWritten;
     return report;
   } finally {

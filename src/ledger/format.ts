@@ -26,26 +26,67 @@ export interface ExportRecord {
   asset?: string;
   transaction?: string;
   reason?: string;
+  /** The hash chain link (store/ledger-chain.ts); absent on entries written before the chain existed. */
+  prev?: string;
+  /** The ledger's name in the trailer, only when it is not this row's fingerprint or payer (trailer.ts). */
+  ledger?: string;
 }
 
-export const CSV_COLUMNS = ['at', 'seq', 'kind', 'fingerprint', 'payer', 'sku', 'credits', 'balanceAfter', 'ref', 'tool', 'amount', 'currency', 'network', 'asset', 'transaction', 'reason'] as const satisfies readonly (keyof ExportRecord)[];
+export const CSV_COLUMNS = ['at', 'seq', 'kind', 'fingerprint', 'payer', 'sku', 'credits', 'balanceAfter', 'ref', 'tool', 'amount', 'currency', 'network', 'asset', 'transaction', 'reason', 'prev', 'ledger'] as const satisfies readonly (keyof ExportRecord)[];
 
-export function exportRecord(account: LedgerAccount, entry: LedgerEntry): ExportRecord {
+/** The optional string fields an entry and its record share. */
+const OPTIONAL_FIELDS = ['tool', 'amount', 'currency', 'network', 'asset', 'transaction', 'reason', 'prev'] as const;
+
+/**
+ * One entry as exported. Lossless for the hash chain: entryOfRecord gives back an entry with the same
+ * canonical JSON. `ledger`: the name the export gives the entry's ledger (see trailer.ts).
+ */
+export function exportRecord(account: LedgerAccount, entry: LedgerEntry, ledger?: string): ExportRecord {
+  const owner = account.kind === 'handle' ? { fingerprint: entry.fingerprint } : { payer: entry.payer ?? account.payer };
   const record: ExportRecord = {
     at: new Date(entry.at).toISOString(),
     seq: entry.seq,
     kind: entry.kind,
-    ...(account.kind === 'handle' ? { fingerprint: entry.fingerprint } : { payer: account.payer }),
+    ...owner,
     sku: entry.sku,
     credits: entry.credits,
     balanceAfter: entry.balanceAfter,
     ref: entry.ref,
   };
-  for (const key of ['tool', 'amount', 'currency', 'network', 'asset', 'transaction', 'reason'] as const) {
+  for (const key of OPTIONAL_FIELDS) {
     const value = entry[key];
     if (value !== undefined) record[key] = value;
   }
+  if (ledger !== undefined && ledger !== (owner.fingerprint ?? owner.payer)) record.ledger = ledger;
   return record;
+}
+
+/** The ledger a record belongs to, by the name the export gave it. */
+export function ledgerOfRecord(record: ExportRecord): string {
+  return record.ledger ?? record.fingerprint ?? record.payer ?? '';
+}
+
+/**
+ * The entry an exported record stands for, as far as the hash chain sees it (its canonical JSON is
+ * the stored entry's). A payer ledger's entries name the payer and no fingerprint.
+ */
+export function entryOfRecord(record: ExportRecord): LedgerEntry {
+  const entry: LedgerEntry = {
+    seq: record.seq,
+    at: Date.parse(record.at),
+    kind: record.kind,
+    sku: record.sku,
+    credits: record.credits,
+    balanceAfter: record.balanceAfter,
+    ref: record.ref,
+    fingerprint: record.fingerprint ?? '',
+  };
+  if (record.payer !== undefined && record.fingerprint === undefined) entry.payer = record.payer;
+  for (const key of OPTIONAL_FIELDS) {
+    const value = record[key];
+    if (value !== undefined) entry[key] = value;
+  }
+  return entry;
 }
 
 export function csvHeader(): string {

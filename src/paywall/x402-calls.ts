@@ -30,6 +30,8 @@ export interface X402CallSettings {
   /** Paid retries per client (principal, IPv4 address or IPv6 /64) before the facilitator is asked: limits.perHandle. */
   perClient: { ratePerSecond: number; burst: number };
   argumentName: string;
+  /** The endpoint (SPEC §18): `default`, or its `servers` key; the ledger names its tools `<server>/<tool>`. */
+  server?: string;
 }
 
 export interface X402CallsDeps {
@@ -143,7 +145,9 @@ export class X402Calls {
 
   #callOf(priced: PricedCall, shape: ResultShape): X402Call {
     const { settings } = this.#deps;
-    return { tool: priced.call.name, price: priced.price, x402Price: settings.x402Prices[priced.price.sku], endpointUrl: settings.endpointUrl, shape };
+    const tool = priced.call.name;
+    const ledgerTool = settings.server === undefined || settings.server === 'default' ? tool : `${settings.server}/${tool}`;
+    return { tool, ledgerTool, price: priced.price, x402Price: settings.x402Prices[priced.price.sku], endpointUrl: settings.endpointUrl, shape };
   }
 
   #storeFailure(reqId: string | undefined, error: unknown, op: string): void {

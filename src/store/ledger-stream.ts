@@ -15,6 +15,7 @@ const OPTIONAL = [
   ['as', 'asset'],
   ['p', 'payer'],
   ['tx', 'transaction'],
+  ['pv', 'prev'],
 ] as const;
 
 /** One XRANGE reply item: [id, [field, value, …]]. */

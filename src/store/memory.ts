@@ -26,6 +26,7 @@ import {
   type BucketParams,
   type TokenBucket,
 } from './policy.js';
+import { entryHash, GENESIS_HASH } from './ledger-chain.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -64,11 +65,15 @@ function ownedOf(handle: HandleRecord, sku: string): number {
   return owned;
 }
 
-/** `entry` is the caller's fresh object: it is numbered in place and kept (one object per spend, not three). */
+/**
+ * `entry` is the caller's fresh object: it is numbered and chained (ledger-chain.ts) in place and kept
+ * (one object per spend, not three).
+ */
 function pushEntry(ledger: MemoryLedger, entry: LedgerEntry, endsAt: number): void {
   const last = ledger.entries.at(-1);
   entry.seq = (last?.seq ?? 0) + 1;
   entry.at = Math.max(entry.at, last?.at ?? 0);
+  entry.prev = last ? entryHash(last) : GENESIS_HASH;
   ledger.entries.push(entry);
   ledger.endsAt = Math.max(ledger.endsAt, endsAt);
 }

@@ -307,6 +307,8 @@ export interface LedgerEntry {
   asset?: string; // x402_settle
   payer?: string; // x402_settle
   transaction?: string; // x402_settle
+  /** SHA-256 (hex) of the previous entry in canonical JSON (ledger-chain.ts); absent on entries written before the chain. */
+  prev?: string;
 }
 
 /** A ledger: a handle's (under its hash tag), or an x402 payer's (under the payer's tag). */

@@ -4,6 +4,9 @@
 // deleted, and verify exits 1 naming the fingerprint. No export line carries a secret.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import t from 'tap';
 import { fingerprint } from '../../src/observability/fingerprint.js';
@@ -70,6 +73,7 @@ t.test('ledger export: the grant, two spends and the operator grant, in time ord
   const { code, stdout, stderr } = await runs.jsonl;
   t.equal(code, 0, stderr);
   const lines = stdout.trimEnd().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>);
+  t.match(lines.pop(), { trailer: { entries: 4, lastHash: { [print]: /^[0-9a-f]{64}$/ } }, mac: null }, 'the last line is the trailer');
   t.match(lines, [
     { seq: 1, kind: 'grant', fingerprint: print, sku: 'research', credits: 3, balanceAfter: 3, amount: '5.00', currency: 'USDC' },
     { seq: 2, kind: 'spend', fingerprint: print, credits: -1, balanceAfter: 2, ref: null, tool: 'fetch_readable' },
@@ -85,16 +89,37 @@ t.test('ledger export --format csv: a header and the same rows; --since/--until 
   const csv = await runs.csv;
   t.equal(csv.code, 0, csv.stderr);
   const rows = csv.stdout.trimEnd().split('\n');
-  t.equal(rows.length, 5);
+  t.equal(rows.length, 6, 'the header, four rows, the trailer');
   t.match(rows[0], /^at,seq,kind,fingerprint,payer,sku,credits/);
   t.match(rows[2], new RegExp(`^[^,]+,2,spend,${print.replace(/\./g, '\\.')},,research,-1,2,,fetch_readable,`));
   t.same(leaked(csv.stdout), []);
   const window = await runs.window;
   t.equal(window.code, 0, window.stderr);
-  t.equal(window.stdout.trimEnd().split('\n').length, 4, 'everything from the payment on');
+  t.equal(window.stdout.trimEnd().split('\n').length, 5, 'everything from the payment on, and the trailer');
   const bad = await runs.badFormat;
   t.equal(bad.code, 2);
   t.match(bad.stderr, /--format must be one of jsonl, csv/);
+});
+
+t.test('ledger verify --file: the exported file verifies offline (exit 0); an edited copy exits 1 naming the fingerprint and seq', async (t) => {
+  const { stdout } = await runs.jsonl;
+  const dir = mkdtempSync(join(tmpdir(), 'tb-ledger-file-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const clean = join(dir, 'clean.jsonl');
+  writeFileSync(clean, stdout);
+  const ok = await tollbooth(['ledger', 'verify', '--file', clean, '--config', configPath]);
+  t.equal(ok.code, 0, ok.stdout + ok.stderr);
+  t.match(ok.stdout, /^export verified: 4 entries of 1 ledgers \(jsonl, trailer unsigned\), 0 problems$/m);
+  const edited = join(dir, 'edited.jsonl');
+  writeFileSync(edited, stdout.replace('"credits":-1,"balanceAfter":2', '"credits":0,"balanceAfter":3'));
+  const bad = await tollbooth(['ledger', 'verify', '--file', edited, '--config', configPath]);
+  t.equal(bad.code, 1);
+  t.match(bad.stdout, new RegExp(`^tamper  ${print.replace(/\./g, '\\.')}  seq=3  entry seq 3's prev is not the hash of seq 2`, 'm'));
+  t.match(bad.stdout, /export NOT verified: 4 entries of 1 ledgers/);
+  const missing = await tollbooth(['ledger', 'verify', '--file', join(dir, 'nope.jsonl'), '--config', configPath]);
+  t.equal(missing.code, 2);
+  t.match(missing.stderr, /--file: cannot read/);
+  t.same(leaked(ok.stdout + bad.stdout), []);
 });
 
 t.test('ledger verify: exit 0 when the ledger and the stored balances agree', async (t) => {

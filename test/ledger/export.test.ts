@@ -28,10 +28,12 @@ async function populated(): Promise<{ store: MemoryStore; clock: ManualClock; st
   return { store, clock, start };
 }
 
-async function run(store: MemoryStore, options: ExportOptions): Promise<{ text: string; report: Awaited<ReturnType<typeof exportLedger>> }> {
+/** The export's rows (`text`, the trailer line taken off: test/ledger/verify-file.test.ts checks it). */
+async function run(store: MemoryStore, options: ExportOptions): Promise<{ text: string; trailer: string; report: Awaited<ReturnType<typeof exportLedger>> }> {
   let text = '';
   const report = await exportLedger(store, options, async (chunk) => void (text += chunk));
-  return { text, report };
+  const cut = text.lastIndexOf('{"trailer":');
+  return { text: text.slice(0, cut), trailer: text.slice(cut), report };
 }
 
 t.test('JSON lines: every entry once, in time order across ledgers, each with its fingerprint or payer', async (t) => {
@@ -59,10 +61,10 @@ t.test('CSV: a header, then one row per entry in the same order', async (t) => {
   const { store } = await populated();
   const jsonl = (await run(store, { format: 'jsonl' })).text.trimEnd().split('\n');
   const csv = (await run(store, { format: 'csv' })).text.trimEnd().split('\n');
-  t.equal(csv[0], 'at,seq,kind,fingerprint,payer,sku,credits,balanceAfter,ref,tool,amount,currency,network,asset,transaction,reason');
+  t.equal(csv[0], 'at,seq,kind,fingerprint,payer,sku,credits,balanceAfter,ref,tool,amount,currency,network,asset,transaction,reason,prev,ledger');
   t.equal(csv.length, jsonl.length + 1);
-  t.match(csv[1], /^2026-01-01T00:00:01\.000Z,1,adjust,tb_s_abc0\.\.wxy0,,research,1,1,,,,,,,,round 0$/);
-  t.match(csv.at(-1), /,x402_settle,,0xpayer,research,0,0,0x01,fetch_readable,20000,,eip155:8453,0xasset,0xtx,$/);
+  t.match(csv[1], /^2026-01-01T00:00:01\.000Z,1,adjust,tb_s_abc0\.\.wxy0,,research,1,1,,,,,,,,round 0,0{64},$/);
+  t.match(csv.at(-1), /,x402_settle,,0xpayer,research,0,0,0x01,fetch_readable,20000,,eip155:8453,0xasset,0xtx,,0{64},$/);
 });
 
 t.test('--since is inclusive and --until exclusive', async (t) => {

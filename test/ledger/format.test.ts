@@ -32,9 +32,9 @@ t.test('an x402 entry is exported with the payer address instead of a fingerprin
 });
 
 t.test('CSV: one header, one row per entry, RFC 4180 quoting of commas, quotes and newlines', async (t) => {
-  t.equal(csvHeader(), 'at,seq,kind,fingerprint,payer,sku,credits,balanceAfter,ref,tool,amount,currency,network,asset,transaction,reason');
+  t.equal(csvHeader(), 'at,seq,kind,fingerprint,payer,sku,credits,balanceAfter,ref,tool,amount,currency,network,asset,transaction,reason,prev,ledger');
   const adjust: LedgerEntry = { seq: 1, at: AT, kind: 'adjust', sku: 'research', credits: 4, balanceAfter: 4, ref: null, fingerprint: 'tb_s_KLeV..EPcw', reason: 'goodwill, "sorry"\nsecond line' };
-  t.equal(csvRow(exportRecord({ kind: 'handle', handleHash: 'x' }, adjust)), '2026-01-31T12:00:00.250Z,1,adjust,tb_s_KLeV..EPcw,,research,4,4,,,,,,,,"goodwill, ""sorry""\nsecond line"');
+  t.equal(csvRow(exportRecord({ kind: 'handle', handleHash: 'x' }, adjust)), '2026-01-31T12:00:00.250Z,1,adjust,tb_s_KLeV..EPcw,,research,4,4,,,,,,,,"goodwill, ""sorry""\nsecond line",,');
 });
 
 t.test('time bounds: ISO dates and date-times, epoch milliseconds; anything else is TB_ERR_INVALID_PARAMS', async (t) => {

@@ -3,6 +3,7 @@
 // release; an expiry step that writes off what an ended handle held; reads for export and verify.
 import type { Test } from 'tap';
 import { verifyLedger, type Mismatch } from '../../src/ledger/verify.js';
+import { entryHash, GENESIS_HASH } from '../../src/store/ledger-chain.js';
 import type { LedgerAccount, LedgerEntry, Store } from '../../src/store/store.js';
 import type { StoreFixture } from './conformance.js';
 
@@ -162,6 +163,33 @@ export function ledgerBehaviours(behaviour: Behaviour): void {
     const accounts: LedgerAccount[] = [];
     for await (const found of f.store.ledgerAccounts()) accounts.push(found);
     t.same(accounts, [account], 'the payer ledger is listed');
+  });
+
+  behaviour('ledger: every entry chains to the one before it (prev = SHA-256 of its canonical JSON; the first is 64 zeros)', async (f, t) => {
+    const handleHash = await f.handle({ fingerprint: 'tb_s_chai..n001' });
+    const charge = await f.pendingCharge(handleHash);
+    await f.settle(handleHash, charge, 10);
+    // Characters where JSON writers differ: "/", U+007F, U+2028, non-BMP, quotes, backslashes, controls.
+    await f.store.grantCredits(handleHash, SKU, 2, 'a/b \u007f \u2028 😀 "q" \\ \u0001\ttab é');
+    const spend = f.spendRequest(handleHash);
+    await f.store.reserve(spend);
+    await f.store.commit(handleHash, spend.reservationId, 'srv/fetch_readable');
+    const entries = await allEntries(f.store, handleAccount(handleHash));
+    t.equal(entries.length, 3);
+    t.equal(entries[0]?.prev, GENESIS_HASH, 'the first entry chains to 64 zeros');
+    for (let i = 1; i < entries.length; i++) t.equal(entries[i]?.prev, entryHash(entries[i - 1] as LedgerEntry), `entry ${i + 1} chains to entry ${i}`);
+    t.match(entries[1], { reason: 'a/b \u007f \u2028 😀 "q" \\ \u0001\ttab é' }, 'the reason is kept as given');
+
+    const { nonceClaim } = await import('./conformance.js');
+    const payer = `0x${'ef'.repeat(20)}`;
+    for (const tool of ['a', 'b/c']) {
+      const claim = nonceClaim(f.clock, { payer, tool });
+      await f.store.claimPaymentNonce(claim);
+      await f.store.finishPaymentNonce(claim, { state: 'settled', transaction: tool === 'a' ? null : `0x${'12'.repeat(32)}`, at: f.clock.now() });
+    }
+    const x402 = await allEntries(f.store, { kind: 'payer', payer });
+    t.equal(x402[0]?.prev, GENESIS_HASH);
+    t.equal(x402[1]?.prev, entryHash(x402[0] as LedgerEntry), 'a payer ledger chains the same way');
   });
 
   behaviour('ledger: accounts list every ledger once, and handles without one only when asked', async (f, t) => {

@@ -69,3 +69,26 @@ t.test('negative control: a handle whose keys vanished before the expiry step ra
   await direct.del(keys.handle('gone').handle); // what a stalled reconciler past the grace period leads to
   t.match((await verified(store)).mismatches, [{ account: 'tb_s_gone..0001', sku: 'research', expected: 3, found: 0, problem: 'balance' }]);
 });
+
+t.test('an entry changed inside Redis (balances still adding up) is reported by verify as a broken chain, naming the fingerprint and seq', async (t) => {
+  const { store, keys } = await fresh(t);
+  await store.createHandle({ handleHash: 'edit1', fingerprint: 'tb_s_edit..ed01', principal: null, ttlMs: HOUR });
+  await store.grantCredits('edit1', 'research', 5, 'float');
+  for (const [i, tool] of ['search', 'fetch'].entries()) {
+    await store.reserve({ handleHash: 'edit1', principal: null, sku: 'research', cost: 1, reservationId: `r${i}`, reservationDeadline: Date.now() + 60_000, ttlMs: HOUR, bucket: null });
+    await store.commit('edit1', `r${i}`, tool);
+  }
+  t.same((await verified(store)).mismatches, [], 'the untouched ledger verifies');
+
+  // Rewrite the stream with the tool of seq 2 changed: what an insider editing Redis would do.
+  const ledgerKey = keys.handle('edit1').ledger;
+  const items = (await direct.xrange(ledgerKey, '-', '+')) as [string, string[]][];
+  await direct.del(ledgerKey);
+  for (const [id, flat] of items) {
+    const fields = id.endsWith('-2') ? flat.map((value, i) => (flat[i - 1] === 't' ? 'extract_tables' : value)) : flat;
+    await direct.xadd(ledgerKey, id, ...fields);
+  }
+  const { mismatches } = await verified(store);
+  t.match(mismatches, [{ account: 'tb_s_edit..ed01', problem: 'chain', detail: /seq 3's prev is not the hash of seq 2/ }]);
+  t.equal(mismatches.length, 1, 'balances still agree: only the chain shows the edit');
+});

@@ -173,7 +173,7 @@ export class X402Rail {
         expiresAt: (checked.authorization.validBefore + this.#skewSeconds) * 1000,
         claimedAt: this.#clock(),
         sku: call.price.sku,
-        tool: call.tool,
+        tool: call.ledgerTool ?? call.tool,
         amount: requirements.amount,
       });
     } catch (error) {
@@ -273,7 +273,7 @@ export class X402Rail {
    */
   async #recordSettled(claim: X402Claim, transaction: string): Promise<void> {
     if (!this.#outbox) return this.#finish(claim, 'settled', transaction);
-    const record = { ...claim.key, sku: claim.call.price.sku, tool: claim.call.tool, amount: claim.requirements.amount, transaction, at: this.#clock() };
+    const record = { ...claim.key, sku: claim.call.price.sku, tool: claim.call.ledgerTool ?? claim.call.tool, amount: claim.requirements.amount, transaction, at: this.#clock() };
     try {
       await this.#outbox.submit({ kind: 'x402_settle', record });
     } catch (error) {

@@ -22,6 +22,8 @@ export interface X402Terms {
 export interface X402Call {
   /** The tool name from the request body (SPEC §5.2: pricing uses the body's name). */
   tool: string;
+  /** The tool as the ledger records it: `<server>/<tool>` at an endpoint of `servers`, as credit spends there (default: `tool`). */
+  ledgerTool?: string;
   price: PriceTag;
   /** skus.<sku>.x402Price, when the SKU sets one. */
   x402Price?: string | undefined;

@@ -2,13 +2,56 @@
 // "<at>-<seq>", written by the same script that moves the credits (reserve writes nothing: a
 // reservation is not an entry). ../README.md ("Ledger") explains the layout and the expiry step.
 // Fields: k kind, s sku, c credits (signed), b balanceAfter, fp fingerprint, r ref, t tool,
-// a amount, cu currency, why reason, n network, as asset, p payer, tx transaction.
+// a amount, cu currency, why reason, n network, as asset, p payer, tx transaction, pv prev (the hash
+// chain: ../ledger-chain.ts defines the canonical form these functions reproduce byte for byte).
 
 import { HANDLE_GRACE_MS } from '../policy.js';
+import { SHA256 } from './sha256.js';
 
 /** Helpers prepended (after PRELUDE) to every script. */
-export const LEDGER_PRELUDE = `
+export const LEDGER_PRELUDE = `${SHA256}
 local HANDLE_GRACE_MS = ${HANDLE_GRACE_MS}
+local GENESIS_HASH = string.rep('0', 64)
+
+-- A string as JSON.stringify writes it: only the quote, the backslash and U+0000-U+001F escaped.
+local JSON_ESCAPES = {['"'] = '\\\\"', ['\\\\'] = '\\\\\\\\', ['\\b'] = '\\\\b', ['\\f'] = '\\\\f', ['\\n'] = '\\\\n', ['\\r'] = '\\\\r', ['\\t'] = '\\\\t'}
+local function json_string(s)
+  if not string.find(s, '[%z\\1-\\31"\\\\]') then return '"' .. s .. '"' end
+  local escaped = string.gsub(s, '[%z\\1-\\31"\\\\]', function(c) return JSON_ESCAPES[c] or string.format('\\\\u%04x', string.byte(c)) end)
+  return '"' .. escaped .. '"'
+end
+
+-- Stream field → canonical key, for the optional string fields (kept only when non-empty), in the
+-- canonical key order together with the fixed ones (nil: a fixed key, written below).
+local CANONICAL_ORDER = {
+  {'amount', 'a'}, {'asset', 'as'}, {'at'}, {'balanceAfter'}, {'credits'}, {'currency', 'cu'}, {'fingerprint'},
+  {'kind'}, {'network', 'n'}, {'payer', 'p'}, {'prev', 'pv'}, {'reason', 'why'}, {'ref'}, {'seq'}, {'sku'},
+  {'tool', 't'}, {'transaction', 'tx'},
+}
+
+-- The canonical JSON of one stream entry (id "<at>-<seq>", flat field list), as ledger-chain.ts's
+-- canonicalEntry writes it for the entry ledger-stream.ts parses from the same item.
+local function ledger_canonical(id, flat)
+  local at, seq = string.match(id, '^(%d+)-(%d+)$')
+  local f = {}
+  for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
+  local fixed = {
+    at = int(tonumber(at)), seq = int(tonumber(seq)),
+    balanceAfter = int(tonumber(f.b or '0')), credits = int(tonumber(f.c or '0')),
+    fingerprint = json_string(f.fp or ''), kind = json_string(f.k or ''), sku = json_string(f.s or ''),
+    ref = (f.r and f.r ~= '' and json_string(f.r)) or 'null',
+  }
+  local out = {}
+  for _, pair in ipairs(CANONICAL_ORDER) do
+    local name, field = pair[1], pair[2]
+    if field == nil then
+      out[#out + 1] = '"' .. name .. '":' .. fixed[name]
+    elseif f[field] and f[field] ~= '' then
+      out[#out + 1] = '"' .. name .. '":' .. json_string(f[field])
+    end
+  end
+  return '{' .. table.concat(out, ',') .. '}'
+end
 
 -- Credits a handle's reservations hold in one SKU (its :res hash holds "deadline cost sku").
 local function reserved_of(res, sku)
@@ -67,16 +110,18 @@ end
 -- a ledger and the id "<at>-<seq>" always grows. fp false: the fingerprint of the last entry.
 -- extra: more field/value pairs. Keeps the ledger alive until ends_at (never shortens it).
 local function ledger_append(ledger, at, now, ends_at, fp, kind, sku, credits, balance_after, extra)
-  local seq, last_fields = 0, nil
+  local seq, last_fields, prev = 0, nil, GENESIS_HASH
   local last = redis.call('XREVRANGE', ledger, '+', '-', 'COUNT', 1)[1]
   if last then
+    -- The chain link is computed here, in the script that appends, so concurrent appends serialise.
+    prev = sha256hex(ledger_canonical(last[1], last[2]))
     local last_at, last_seq = string.match(last[1], '^(%d+)-(%d+)$')
     seq = tonumber(last_seq)
     if tonumber(last_at) > at then at = tonumber(last_at) end
     last_fields = last[2]
   end
   if not fp then fp = (last_fields and field_of(last_fields, 'fp')) or '' end
-  local command = {'XADD', ledger, int(at) .. '-' .. int(seq + 1), 'k', kind, 's', sku, 'c', int(credits), 'b', int(balance_after), 'fp', fp}
+  local command = {'XADD', ledger, int(at) .. '-' .. int(seq + 1), 'k', kind, 's', sku, 'c', int(credits), 'b', int(balance_after), 'fp', fp, 'pv', prev}
   for i = 1, #extra do command[#command + 1] = extra[i] end
   redis.call(unpack(command))
   live_until(ledger, ends_at, now)
