@@ -53,6 +53,19 @@ export interface Metrics {
   configReloads: client.Counter<'result'>;
   /** 1 for the sha256 prefix of the effective config this process runs (one series at a time). */
   configInfo: client.Gauge<'sha'>;
+  /** SPEC §22: stdio children per endpoint by state (starting, active, idle, free), read at scrape time from `stdioChildrenSource`. */
+  stdioChildren: client.Gauge<'server' | 'state'>;
+  /** What the scrape reads for tollbooth_stdio_children (start.ts points it at its running upstreams). */
+  stdioChildrenSource: { read(): StdioChildrenReading[] };
+}
+
+/** One endpoint's stdio children by state, as tollbooth_stdio_children exports them. */
+export interface StdioChildrenReading {
+  server: string;
+  starting: number;
+  active: number;
+  idle: number;
+  free: number;
 }
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
@@ -70,6 +83,7 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
   }
   const registers = [registry];
   const storeUp = new client.Gauge({ name: 'tollbooth_store_up', help: 'Whether the store answered its last ping (1) or not (0).', registers });
+  const stdioChildrenSource: Metrics['stdioChildrenSource'] = { read: () => [] };
   return {
     registry,
     mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by endpoint, method, era and HTTP status class (2xx … 5xx).', labelNames: ['server', 'method', 'era', 'status'], registers }),
@@ -101,5 +115,18 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
     configReloads: new client.Counter({ name: 'tollbooth_config_reloads_total', help: 'Config reloads on SIGHUP, by result (success, invalid, refused).', labelNames: ['result'], registers }),
     configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
+    stdioChildren: new client.Gauge({
+      name: 'tollbooth_stdio_children',
+      help: 'stdio children of each endpoint by state: starting (client not initialised yet), active, idle (may be stopped for a new client), free (slots left of maxChildren).',
+      labelNames: ['server', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const reading of stdioChildrenSource.read()) {
+          for (const state of ['starting', 'active', 'idle', 'free'] as const) this.inc({ server: reading.server, state }, reading[state]);
+        }
+      },
+    }),
+    stdioChildrenSource,
   };
 }

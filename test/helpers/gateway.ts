@@ -45,7 +45,7 @@ export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> 
  * Starts a gateway; it is closed when the test ends. Port 0 (the default) binds any free port; publicUrl
  * then follows the bound port unless the config sets one. `clock`: a test clock (helpers/clock.ts).
  */
-export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock } = {}): Promise<TestGateway> {
+export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock; configPath?: string } = {}): Promise<TestGateway> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -55,7 +55,8 @@ export async function startTestGateway(t: Test, input: ConfigInput, options: { c
   });
   const config = configSchema.parse({ ...input, server: { ...input.server, port: input.server?.port ?? 0 } });
   const logger = createLogger(config.logging.level, sink);
-  const running = await runGateway(config, { logger, clock: options.clock });
+  // configPath: where the config came from (stdio children run in its directory, SPEC §22).
+  const running = await runGateway(config, { logger, clock: options.clock, configPath: options.configPath });
   t.teardown(() => running.close());
   return {
     ...running,
