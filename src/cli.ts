@@ -49,10 +49,13 @@ const VERBS: Record<string, Verb> = {
     positionals: [],
     options: {},
     run: async (configPath) => {
+      // SPEC §22: a SIGHUP (or SIGTERM) while the config is read and the gateway loads is held, never fatal.
+      const held = holdSignals();
       const config = loadConfig(configPath);
       // Loaded lazily: check and the admin verbs need neither fastify nor the upstream machinery.
       const { startGateway } = await import('./start.js');
-      await startGateway(config, { configPath });
+      // startGateway listens for signals itself before its first await: nothing falls between the two.
+      await startGateway(config, { configPath, held: held.release() });
     },
   },
   check: {
@@ -97,6 +100,24 @@ const VERBS: Record<string, Verb> = {
 };
 
 class UsageError extends Error {}
+
+/** Listens for SIGHUP/SIGTERM/SIGINT until release(), which hands over what came (start.ts applies it). */
+function holdSignals(): { release(): { stop?: string; reload: boolean } } {
+  const held: { stop?: string; reload: boolean } = { reload: false };
+  const onHup = (): void => void (held.reload = true);
+  const onStop = (signal: NodeJS.Signals): void => void (held.stop ??= signal);
+  process.on('SIGHUP', onHup);
+  process.on('SIGTERM', onStop);
+  process.on('SIGINT', onStop);
+  return {
+    release() {
+      process.off('SIGHUP', onHup);
+      process.off('SIGTERM', onStop);
+      process.off('SIGINT', onStop);
+      return held;
+    },
+  };
+}
 
 async function main(argv: string[]): Promise<number> {
   if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {

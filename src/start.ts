@@ -232,6 +232,12 @@ async function assembleParts(
   };
 }
 
+/** Signals that arrived before startGateway listened for them itself. */
+export interface HeldSignals {
+  stop?: string;
+  reload: boolean;
+}
+
 /** How long `start` waits for buffered log lines to reach stdout before it exits anyway. */
 const LOG_FLUSH_MS = 5_000;
 
@@ -241,12 +247,13 @@ const LOG_FLUSH_MS = 5_000;
  * applied once the gateway serves, a SIGTERM/SIGINT stops it as soon as it can. A start that fails prints
  * one line naming the cause and exits 1, with nothing left running.
  */
-export async function startGateway(config: GatewayConfig, options: { configPath: string }): Promise<void> {
+export async function startGateway(config: GatewayConfig, options: { configPath: string; held?: HeldSignals }): Promise<void> {
   const logger = createLogger(config.logging.level);
   const exit = (code: number) => (): Promise<never> => flushLogs(logger, LOG_FLUSH_MS).then(() => process.exit(code));
   let running: RunningGateway | undefined;
-  let stopRequested: string | undefined;
-  let reloadQueued = false;
+  // Signals the CLI held while it read the config (cli.ts holdSignals), taken over here.
+  let stopRequested: string | undefined = options.held?.stop;
+  let reloadQueued = options.held?.reload ?? false;
   const stop = (signal: string): void => {
     if (stopRequested !== undefined) return;
     stopRequested = signal;
