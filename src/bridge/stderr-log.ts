@@ -56,7 +56,9 @@ export class StderrLog {
   #line(line: string, bytes: number): void {
     if (line.trim() === '') return;
     if (this.#quiet) {
-      if (this.#quiet.lines++ === 0) this.#quiet.first = line.slice(0, 200);
+      // Kept: the first line naming an error ("Error: write EPIPE"; a stack starts with a source location), else the first.
+      this.#quiet.lines += 1;
+      if (this.#quiet.first === '' || (!/Error:/.test(this.#quiet.first) && /Error:/.test(line))) this.#quiet.first = line.slice(0, 200);
       return;
     }
     const now = this.#now();
