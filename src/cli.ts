@@ -82,11 +82,14 @@ const VERBS: Record<string, Verb> = {
       const port = portText === undefined ? undefined : parsePort(portText);
       if (port === null) throw new UsageError(`--port must be a port number from 0 to 65535, got ${JSON.stringify(portText)}`);
       const adjust = (config: GatewayConfig): GatewayConfig => applyOverrides(config, { port });
+      // SPEC §22: a SIGHUP (or SIGTERM) while the config is read and the gateway loads is held, never fatal.
+      const held = holdSignals();
       const file = loadConfig(configPath);
       // Loaded lazily: check and the admin verbs need neither fastify nor the upstream machinery.
       const { startGateway } = await import('./start.js');
       // The admin socket follows the file's port, not --port: the admin verbs read the same file and find it there.
-      await startGateway(adjust(file), { configPath, adjust, adminSocket: asString(values['admin-socket']) ?? adminSocketPath(file) });
+      // startGateway listens for signals itself before its first await: nothing falls between the two.
+      await startGateway(adjust(file), { configPath, adjust, adminSocket: asString(values['admin-socket']) ?? adminSocketPath(file), held: held.release() });
     },
   },
   check: {
@@ -146,6 +149,24 @@ const VERBS: Record<string, Verb> = {
 };
 
 class UsageError extends Error {}
+
+/** Listens for SIGHUP/SIGTERM/SIGINT until release(), which hands over what came (start.ts applies it). */
+function holdSignals(): { release(): { stop?: string; reload: boolean } } {
+  const held: { stop?: string; reload: boolean } = { reload: false };
+  const onHup = (): void => void (held.reload = true);
+  const onStop = (signal: NodeJS.Signals): void => void (held.stop ??= signal);
+  process.on('SIGHUP', onHup);
+  process.on('SIGTERM', onStop);
+  process.on('SIGINT', onStop);
+  return {
+    release() {
+      process.off('SIGHUP', onHup);
+      process.off('SIGTERM', onStop);
+      process.off('SIGINT', onStop);
+      return held;
+    },
+  };
+}
 
 async function main(argv: string[]): Promise<number> {
   if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {

@@ -1,6 +1,7 @@
 // Wires the configured parts together and runs the gateway until SIGTERM/SIGINT (SPEC §2):
 // stop accepting, finish calls in flight (up to the call deadline), close the store, exit 0.
 import { createServer, type Server } from 'node:http';
+import { dirname, resolve } from 'node:path';
 import { systemClock, type Clock } from './clock.js';
 import type { GatewayConfig } from './config/schema.js';
 import { maskSecrets } from './config/mask.js';
@@ -68,24 +69,68 @@ async function assemble(
   config: GatewayConfig,
   options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined; spanExporter?: SpanExporter | undefined; adminSocket?: string | undefined; adjust?: ((config: GatewayConfig) => GatewayConfig) | undefined },
 ): Promise<RunningGateway> {
+  // SPEC §22: a start that fails leaves nothing behind — each part started is stopped again, last first
+  // (children and the bridge's socket directory included), and the error names the cause in one line.
+  const undo: (() => Promise<unknown> | undefined)[] = [];
+  try {
+    return await assembleParts(config, options, undo);
+  } catch (error) {
+    for (const step of undo.reverse()) await Promise.resolve(step()).catch(() => undefined);
+    throw new StartError(startFailure(error, config), { cause: error });
+  }
+}
+
+/** A start-up failure, its message one line naming the cause (SPEC §22). */
+export class StartError extends Error {}
+
+function startFailure(error: unknown, config: GatewayConfig): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const where = `${config.server.host}:${config.server.port}`;
+  if (code === 'EADDRINUSE') return `cannot listen on ${where}: the port is in use (EADDRINUSE)`;
+  if (code === 'EACCES') return `cannot listen on ${where}: permission denied (EACCES)`;
+  if (code === 'EADDRNOTAVAIL') return `cannot listen on ${where}: no such local address (EADDRNOTAVAIL)`;
+  const message = (error as Error)?.message ?? String(error);
+  return message.split('\n')[0] ?? message;
+}
+
+async function assembleParts(
+  config: GatewayConfig,
+  options: { logger: Logger; clock: Clock; listener: Server; bound: BoundAddress | null; configPath?: string | undefined; spanExporter?: SpanExporter | undefined; adminSocket?: string | undefined; adjust?: ((config: GatewayConfig) => GatewayConfig) | undefined },
+  undo: (() => Promise<unknown> | undefined)[],
+): Promise<RunningGateway> {
   const { logger, clock } = options;
   const store = await createStore(config, { logger, clock });
+  undo.push(() => store.close());
   // Off (no otlpEndpoint, no console exporter): null, and nothing of OpenTelemetry is loaded.
   const tracing = await startTracing(config.tracing, logger, options.spanExporter);
+  undo.push(() => tracing?.shutdown());
   const metrics = createMetrics(() => store.countPendingCharges(), () => store.ping(), () => store.unreplicatedWrites?.() ?? {});
   // Every endpoint's upstream (SPEC §16, §18): an HTTP agent, or a stdio bridge on a private socket the proxy reaches like any HTTP upstream.
-  const upstreams = new UpstreamPool({ logger });
+  // SPEC §22: relative paths in upstream.command resolve against the config file's directory.
+  const upstreams = new UpstreamPool({ logger, cwd: options.configPath === undefined ? undefined : dirname(resolve(options.configPath)) });
+  undo.push(() => upstreams.closeAll());
+  metrics.stdioChildrenSource.read = () => upstreams.stdioChildren();
   const targets = await upstreams.acquire(config);
   const provider: PaymentProvider =
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })
       : new DevProvider({ store, publicUrl: config.server.publicUrl });
+  undo.push(() => provider.close?.());
   // SPEC §21: records whose money already moved wait here while the store is down (a memory store has no file: it dies with the process).
   const outbox = new Outbox({ store, dir: config.store.type === 'redis' ? outboxDirFor(config.store) : null, logger, clock, onDepth: (pending) => metrics.outboxPending.set(pending) });
   await outbox.start();
+  undo.push(() => {
+    outbox.close();
+    return undefined;
+  });
   const x402Rail = X402Rail.fromConfig(config, { store, outbox, logger, metrics, clock: clock.now }); // null when payments.x402 is off
+  undo.push(() => x402Rail?.close());
   // SPEC §21: paid and released request ids per session, and pending call deadlines, outlive a reload.
   const memory = createRequestMemory(tracing ? tracing.traceStore(store) : store, clock);
+  undo.push(() => {
+    memory.close();
+    return undefined;
+  });
 
   const build = (next: GatewayConfig, nextTargets: EndpointUpstreams): Promise<Gateway> => buildGateway(next, {
     // Traced: store and provider calls made for a request become children of its span (elsewhere they run as they are).
@@ -111,6 +156,7 @@ async function assemble(
       }),
   });
   const gateway = await build(config, targets);
+  undo.push(() => gateway.app.close());
   await gateway.app.ready();
   const front = new GatewaySwitch(gateway, options.listener);
   const reconciler = new Reconciler({ store, provider, settler: gateway.settler, metrics, logger, intervalMs: config.payments.reconcile.interval, clock });
@@ -190,7 +236,8 @@ async function assemble(
     closing ??= (async () => {
       await adminChannel?.close().catch(() => undefined);
       await reconciler.stop();
-      await front.close(drainMs(effective));
+      // SPEC §22: calls in flight get up to server.drainTimeout, then the children are stopped.
+      await front.close(effective.server.drainTimeout);
       memory.close();
       outbox.close();
       await upstreams.closeAll().catch(() => undefined);
@@ -216,22 +263,58 @@ async function assemble(
   };
 }
 
+/** Signals that arrived before startGateway listened for them itself. */
+export interface HeldSignals {
+  stop?: string;
+  reload: boolean;
+}
+
 /** How long `start` waits for buffered log lines to reach stdout before it exits anyway. */
 const LOG_FLUSH_MS = 5_000;
 
-/** The CLI's `start`: run until a signal, then drain, flush the buffered log lines (observability/logger.ts) and exit 0. */
-export async function startGateway(config: GatewayConfig, options: { configPath: string; adminSocket?: string; adjust?: (config: GatewayConfig) => GatewayConfig }): Promise<void> {
+/**
+ * The CLI's `start`: run until a signal, then drain, flush the buffered log lines (observability/logger.ts)
+ * and exit 0. The signals are listened for before anything starts (SPEC §22): a SIGHUP during start-up is
+ * applied once the gateway serves, a SIGTERM/SIGINT stops it as soon as it can. A start that fails prints
+ * one line naming the cause and exits 1, with nothing left running.
+ */
+export async function startGateway(config: GatewayConfig, options: { configPath: string; held?: HeldSignals; adminSocket?: string; adjust?: (config: GatewayConfig) => GatewayConfig }): Promise<void> {
   const logger = createLogger(config.logging.level);
-  const running = await runGateway(config, { logger, configPath: options.configPath, adminSocket: options.adminSocket, adjust: options.adjust });
+  const exit = (code: number) => (): Promise<never> => flushLogs(logger, LOG_FLUSH_MS).then(() => process.exit(code));
+  let running: RunningGateway | undefined;
+  // Signals the CLI held while it read the config (cli.ts holdSignals), taken over here.
+  let stopRequested: string | undefined = options.held?.stop;
+  let reloadQueued = options.held?.reload ?? false;
   const stop = (signal: string): void => {
+    if (stopRequested !== undefined) return;
+    stopRequested = signal;
+    if (!running) return; // applied once the start finishes (below)
     logger.info({ evt: 'shutdown', signal }, 'finishing calls in flight, then exiting');
-    const exit = (code: number) => (): Promise<never> => flushLogs(logger, LOG_FLUSH_MS).then(() => process.exit(code));
     void running.close().then(exit(0), exit(1));
+  };
+  const reload = (): void => {
+    if (!running) {
+      reloadQueued = true;
+      logger.info({ evt: 'config_reload_queued', signal: 'SIGHUP', file: options.configPath }, 'SIGHUP during start-up: the config is re-read once the gateway serves');
+      return;
+    }
+    logger.info({ evt: 'config_reload_requested', signal: 'SIGHUP', file: options.configPath }, 're-reading the config file');
+    running.reload().catch((error: unknown) => logger.error({ evt: 'config_reload', result: 'invalid', file: options.configPath, code: (error as { code?: string }).code }, 'config reload failed'));
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
-  process.on('SIGHUP', () => {
-    logger.info({ evt: 'config_reload_requested', signal: 'SIGHUP', file: options.configPath }, 're-reading the config file');
-    running.reload().catch((error: unknown) => logger.error({ evt: 'config_reload', result: 'invalid', file: options.configPath, code: (error as { code?: string }).code }, 'config reload failed'));
-  });
+  process.on('SIGHUP', reload);
+  try {
+    running = await runGateway(config, { logger, configPath: options.configPath, adminSocket: options.adminSocket, adjust: options.adjust });
+  } catch (error) {
+    const line = error instanceof StartError ? error.message : startFailure(error, config);
+    await flushLogs(logger, LOG_FLUSH_MS); // what was logged before the failure (info and below)
+    process.stderr.write(`tollbooth: cannot start: ${line}\n`);
+    process.exit(1);
+  }
+  if (stopRequested !== undefined) {
+    const signal = stopRequested;
+    stopRequested = undefined;
+    stop(signal);
+  } else if (reloadQueued) reload();
 }

@@ -22,6 +22,21 @@ import { systemClock } from '../clock.js';
 
 /** How long a readiness answer from a probe spawn stays good (no child running meanwhile). */
 const PROBE_TTL_MS = 30_000;
+/** SPEC §22: at maxChildren, a child idle at least this long may be stopped to make room for a new client. */
+export const EVICT_AFTER_IDLE_MS = 30_000;
+
+/** The children against maxChildren, for /readyz and tollbooth_stdio_children{state}. */
+export interface StdioCapacity {
+  max: number;
+  /** Spawned, the client has not completed initialize yet. */
+  starting: number;
+  /** Initialised and in use (or idle for less than the eviction threshold). */
+  active: number;
+  /** Idle long enough to be stopped for a new client. */
+  idle: number;
+  /** Slots nobody holds. */
+  free: number;
+}
 
 export interface BridgeSettings {
   command: readonly string[];
@@ -37,6 +52,10 @@ export interface BridgeSettings {
   /** A stream whose reader lags by more than this is cut (shared and 2026-07-28 children, which cannot be paused for one reader). */
   maxBufferedBytes: number;
   initializeTimeoutMs: number;
+  /** A per-client child whose client has not completed initialize this long after the spawn is stopped (default 10 s). */
+  initTimeoutMs?: number;
+  /** At maxChildren, the least recently used child idle this long is stopped for a new client (default 30 s). */
+  evictAfterIdleMs?: number;
   restartBackoff: { initialMs: number; maxMs: number };
 }
 
@@ -73,7 +92,7 @@ export class Bridge {
         child: settings.child,
         logger: settings.logger,
         initializeTimeoutMs: settings.initializeTimeoutMs,
-        acquireSlot: () => this.#acquireSlot(),
+        acquireSlot: () => this.#acquireSlot() || (this.#evictIdle() && this.#acquireSlot()),
         releaseSlot: () => this.#releaseSlot(),
       });
     }
@@ -100,6 +119,29 @@ export class Bridge {
     if (live > 0) return { ok: true, detail: `${live} stdio ${live === 1 ? 'child' : 'children'} running` };
     if (this.#lastProbe && systemClock.monotonic() - this.#lastProbe.at < PROBE_TTL_MS) return this.#lastProbe.result;
     return this.#probeSpawn();
+  }
+
+  /** How the children stand against maxChildren (perClient; shared: the sessions against maxSessions). */
+  capacity(): StdioCapacity {
+    const now = systemClock.monotonic();
+    const evictAfter = this.#evictAfterIdleMs;
+    if (this.#shared) {
+      const max = this.#settings.maxSessions;
+      let idle = 0;
+      for (const session of this.#sessions.values()) if (!session.channel.connected && session.idleFor(now) >= evictAfter) idle += 1;
+      return { max, starting: 0, active: this.#sessions.size - idle, idle, free: max - this.#sessions.size };
+    }
+    let starting = 0;
+    let idle = 0;
+    for (const session of this.#direct) {
+      if (!session.initialised) starting += 1;
+      else if (!session.connected && session.idleFor(now) >= evictAfter) idle += 1;
+    }
+    const pool = this.#pool?.census(now, evictAfter) ?? { starting: 0, idle: 0 };
+    starting += pool.starting;
+    idle += pool.idle;
+    const max = this.#settings.maxChildren;
+    return { max, starting, idle, active: this.#children - starting - idle, free: max - this.#children };
   }
 
   /** From now on a Host header not in the list gets 403 (the standalone bridge on a loopback port: DNS rebinding). */
@@ -191,10 +233,12 @@ export class Bridge {
     await session.handle(req, res, body);
     // The transport refused the initialize (e.g. not a valid JSON-RPC message): no session came of it.
     if (session.sessionId === undefined) await session.end('initialize refused');
+    // The client left before the child answered: it never learnt the session id, nobody can use the child.
+    else if (session instanceof DirectSession && !session.initializeAnswered) await session.end('the client left before initialize was answered');
   }
 
   #newDirectSession(): DirectSession | string {
-    if (!this.#acquireSlot() && !(this.#pool?.evictIdle() && this.#acquireSlot())) {
+    if (!this.#acquireSlot() && !(this.#evictIdle() && this.#acquireSlot())) {
       return `the bridge is running its maximum number of stdio children (maxChildren: ${this.#settings.maxChildren}); end a session or try again later`;
     }
     const session = new DirectSession({
@@ -203,6 +247,7 @@ export class Bridge {
       eventBuffer: this.#settings.eventBuffer,
       maxBufferedBytes: this.#settings.maxBufferedBytes,
       initializeTimeoutMs: this.#settings.initializeTimeoutMs,
+      initTimeoutMs: this.#settings.initTimeoutMs ?? 10_000,
       onSessionId: (s, id) => this.#sessions.set(id, s),
       onEnded: (s) => {
         if (!this.#direct.delete(s)) return;
@@ -260,6 +305,34 @@ export class Bridge {
 
   #releaseSlot(): void {
     this.#children -= 1;
+  }
+
+  get #evictAfterIdleMs(): number {
+    return this.#settings.evictAfterIdleMs ?? EVICT_AFTER_IDLE_MS;
+  }
+
+  /**
+   * SPEC §22: at maxChildren, the least recently used child idle for at least the threshold (a per-client
+   * session whose client holds nothing open and has sent nothing, or a 2026-07-28 child with nothing
+   * running) is stopped, and its slot is free at once. False when no child qualifies.
+   */
+  #evictIdle(): boolean {
+    const now = systemClock.monotonic();
+    const evictAfter = this.#evictAfterIdleMs;
+    let session: DirectSession | undefined;
+    for (const candidate of this.#direct) {
+      if (!candidate.initialised || candidate.connected || candidate.idleFor(now) < evictAfter) continue;
+      if (session === undefined || candidate.lastActivityAt < session.lastActivityAt) session = candidate;
+    }
+    const modern = this.#pool?.leastRecentlyUsedIdle(now, evictAfter);
+    if (modern !== undefined && (session === undefined || modern.lastUsedAt < session.lastActivityAt)) {
+      modern.stop('evicted to make room for a new client');
+      return true;
+    }
+    if (session === undefined) return false;
+    this.#logger.info({ evt: 'bridge_child_evicted', session: session.sessionId, pid: session.pid, idleMs: Math.round(session.idleFor(now)) }, 'at maxChildren: the least recently used idle stdio child was stopped to make room');
+    void session.end('evicted to make room for a new client');
+    return true;
   }
 
   #reap(): void {

@@ -3,13 +3,19 @@
 // kills the child — memory stays bounded while it is being read), and stdin writes respect backpressure:
 // a child that stops reading fills a bounded queue, after which write() answers 'full' instead of
 // buffering without end.
+// Each child leads its own process group (SPEC §22): stopping it signals the group, so a wrapper (`npx`,
+// `npm exec`, a shell script) and the server it started stop together, and a Ctrl-C in the gateway's
+// terminal reaches the gateway only (it then stops its children itself).
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import type { Logger } from '../observability/logger.js';
 import { LineSplitter } from './line-splitter.js';
 import { StderrLog } from './stderr-log.js';
 import { systemClock } from '../clock.js';
 
-const KILL_GRACE_MS = 2_000;
+/** SIGKILL to the group this long after SIGTERM, unless the options say otherwise (upstream.stdio.killTimeout). */
+const DEFAULT_KILL_TIMEOUT_MS = 5_000;
+/** After SIGKILL, how long the pipes may stay open (a process that left the group holds them) before we let go. */
+const ABANDON_AFTER_KILL_MS = 2_000;
 const GARBAGE_SAMPLE = 200;
 
 export interface ChildExit {
@@ -23,7 +29,12 @@ export interface ChildExit {
 
 export interface ChildOptions {
   command: readonly string[];
+  /** The child's whole environment (bridge/child-env.ts builds it: given, never inherited). */
   env: NodeJS.ProcessEnv;
+  /** Working directory (the config file's directory, so relative paths in the command resolve there). */
+  cwd?: string;
+  /** SIGTERM to the group, then SIGKILL this long after (default 5 s). */
+  killTimeoutMs?: number;
   logger: Logger;
   maxLineBytes: number;
   /** Bytes that may wait in the child's stdin before write() refuses (a message alone is always accepted). */
@@ -53,6 +64,8 @@ export class StdioChild {
   readonly #options: ChildOptions;
   #alive = true;
   #stoppedBecause: ChildExit['stoppedBecause'];
+  #stopping: Promise<void> | undefined;
+  readonly #stderr: StderrLog;
 
   private constructor(process: ChildProcessWithoutNullStreams, options: ChildOptions, handlers: ChildHandlers) {
     this.#process = process;
@@ -64,6 +77,8 @@ export class StdioChild {
     const finish = (exit: ChildExit): void => {
       if (!this.#alive) return;
       this.#alive = false;
+      // Whatever the server started and left behind in its group (helpers that closed their pipes) goes with it.
+      if (this.#stopping === undefined) this.#signalGroup('SIGTERM');
       if (this.#stoppedBecause) exit.stoppedBecause = this.#stoppedBecause;
       markExited(exit);
       handlers.onExit(exit);
@@ -71,6 +86,7 @@ export class StdioChild {
     // 'close', not 'exit': a server that answers and exits at once must have its last lines read first.
     process.on('error', (error) => finish({ code: null, signal: null, error }));
     process.on('close', (code, signal) => finish({ code, signal }));
+    // EPIPE on a child that exited: expected, one debug line.
     process.stdin.on('error', (error) => logger.debug({ evt: 'bridge_child_stdin_error', pid: process.pid, err: error.message }, 'stdio server stdin closed'));
 
     const stdout = new LineSplitter({
@@ -95,6 +111,7 @@ export class StdioChild {
     process.stdout.on('data', (chunk: Buffer) => stdout.push(chunk));
     process.stdout.on('end', () => stdout.end());
     const stderr = new StderrLog(logger, process.pid);
+    this.#stderr = stderr;
     process.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
     process.stderr.on('end', () => stderr.end());
   }
@@ -102,7 +119,8 @@ export class StdioChild {
   static spawn(options: ChildOptions, handlers: ChildHandlers): StdioChild {
     const [file, ...args] = options.command;
     if (file === undefined) throw new TypeError('the stdio command must name a program');
-    const process = spawn(file, args, { stdio: ['pipe', 'pipe', 'pipe'], env: options.env, windowsHide: true });
+    // detached: the child leads a new process group (stopped as a group; our terminal's signals are ours).
+    const process = spawn(file, args, { stdio: ['pipe', 'pipe', 'pipe'], env: options.env, cwd: options.cwd, detached: true, windowsHide: true });
     return new StdioChild(process, options, handlers);
   }
 
@@ -143,22 +161,46 @@ export class StdioChild {
     if (this.#alive) this.#process.stdout.resume();
   }
 
-  /** SIGTERM, then SIGKILL if it is still there after 2 s. Resolves once it has exited. */
-  async kill(because: 'line_too_long' | 'stopped' = 'stopped'): Promise<void> {
-    if (!this.#alive) return;
+  /**
+   * SIGTERM to the child's process group, SIGKILL to the group after `killTimeoutMs`. Resolves once the
+   * child has exited and its pipes are closed (or, should something outside the group hold them, a
+   * moment after the SIGKILL).
+   */
+  kill(because: 'line_too_long' | 'stopped' = 'stopped'): Promise<void> {
+    if (this.#stopping) return this.#stopping;
+    if (!this.#alive) return Promise.resolve();
     this.#stoppedBecause ??= because;
+    // What it writes to stderr from now on (an EPIPE stack, say) is the noise of being stopped: one debug line.
+    this.#stderr.quiet();
     // Whatever it writes from now on is unwanted; destroying stdout also lets 'close' come without a reader.
     this.#process.stdout.destroy();
     this.#process.stdin.end();
-    this.#process.kill('SIGTERM');
+    this.#signalGroup('SIGTERM');
+    const killTimeoutMs = this.#options.killTimeoutMs ?? DEFAULT_KILL_TIMEOUT_MS;
+    let abandon: NodeJS.Timeout | undefined;
     const force = setTimeout(() => {
-      if (this.#alive) {
-        this.#options.logger.warn({ evt: 'bridge_child_kill', pid: this.pid }, 'stdio server ignored SIGTERM for 2 s; sending SIGKILL');
-        this.#process.kill('SIGKILL');
-      }
-    }, KILL_GRACE_MS);
-    force.unref();
-    await this.exited;
-    clearTimeout(force);
+      if (!this.#alive) return;
+      this.#options.logger.warn({ evt: 'bridge_child_kill', pid: this.pid, killTimeoutMs }, `stdio server still running ${killTimeoutMs} ms after SIGTERM; sending SIGKILL to its process group`);
+      this.#signalGroup('SIGKILL');
+      abandon = setTimeout(() => {
+        this.#process.stdin.destroy();
+        this.#process.stderr.destroy();
+      }, ABANDON_AFTER_KILL_MS);
+    }, killTimeoutMs);
+    this.#stopping = this.exited.then(() => {
+      clearTimeout(force);
+      clearTimeout(abandon);
+    });
+    return this.#stopping;
+  }
+
+  #signalGroup(signal: NodeJS.Signals): void {
+    const pid = this.#process.pid;
+    if (pid === undefined) return;
+    try {
+      process.kill(-pid, signal);
+    } catch {
+      // ESRCH: the group is gone already
+    }
   }
 }

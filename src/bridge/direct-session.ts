@@ -22,6 +22,8 @@ export interface DirectSessionOptions {
   eventBuffer: EventBufferLimits;
   maxBufferedBytes: number;
   initializeTimeoutMs: number;
+  /** SPEC §22: the client must complete initialize (send notifications/initialized) this long after the spawn, or the child stops. */
+  initTimeoutMs: number;
   /** The session got its id (register it under that id). */
   onSessionId(session: DirectSession, sessionId: string): void;
   /** Called once when the session is over (child gone, DELETE, idle, close): forget it, free its slot. */
@@ -41,6 +43,10 @@ export class DirectSession {
   /** Server→client requests → the stream they went out on (so their cancellation follows them). */
   readonly #relayed = new Map<string, Route>();
   #initializeTimer: NodeJS.Timeout | undefined;
+  readonly #initTimer: NodeJS.Timeout;
+  #initializeId: RequestId | undefined;
+  #initializeAnswered = false;
+  #initialised = false;
   #ended = false;
 
   constructor(options: DirectSessionOptions) {
@@ -57,6 +63,13 @@ export class DirectSession {
       onMessage: (message, bytes) => this.#fromChild(message, bytes),
       onExit: (exit) => this.#childExited(exit),
     });
+    // A client that never completes the handshake (gone mid-initialize, or never says initialized) holds a
+    // child for nothing: it is stopped and its slot freed.
+    this.#initTimer = setTimeout(() => {
+      if (this.#initialised) return;
+      this.#options.logger.info({ evt: 'bridge_init_timeout', pid: this.pid, initTimeoutMs: options.initTimeoutMs }, 'a client did not complete initialize in time; its stdio child was stopped');
+      void this.#fail(`the client did not complete initialize within ${options.initTimeoutMs} ms (upstream.stdio.initTimeout)`);
+    }, options.initTimeoutMs);
   }
 
   get sessionId(): string | undefined {
@@ -69,6 +82,26 @@ export class DirectSession {
 
   get alive(): boolean {
     return !this.#ended && this.#child.alive;
+  }
+
+  /** The client completed initialize (notifications/initialized reached the child). */
+  get initialised(): boolean {
+    return this.#initialised;
+  }
+
+  /** The child's answer to the client's initialize went out (false: the client left before it came). */
+  get initializeAnswered(): boolean {
+    return this.#initializeAnswered;
+  }
+
+  /** When the client last did anything (monotonic ms): the least recently used child is evicted first. */
+  get lastActivityAt(): number {
+    return this.channel.lastActivityAt;
+  }
+
+  /** Whether the client holds a response of this session open (a running call's stream, the GET stream). */
+  get connected(): boolean {
+    return this.channel.connected;
   }
 
   /** Idle = the client holds no response open and has sent nothing for `idleMs`. */
@@ -89,6 +122,7 @@ export class DirectSession {
     if (this.#ended) return;
     this.#ended = true;
     clearTimeout(this.#initializeTimer);
+    clearTimeout(this.#initTimer);
     this.#options.logger.debug({ evt: 'bridge_session_end', session: this.sessionId, pid: this.pid, why }, 'per-client session ended');
     this.#options.onEnded(this);
     await Promise.all([this.#child.kill(), this.channel.close()]);
@@ -108,6 +142,10 @@ export class DirectSession {
       if (pending !== undefined) this.#answer(pending, errorResponse(pending, BRIDGE_ERROR.cancelled.code, 'Request cancelled', { reason: BRIDGE_ERROR.cancelled.reason }));
       return;
     }
+    if (isRequestLike(message) && message.method === 'notifications/initialized') {
+      this.#initialised = true;
+      clearTimeout(this.#initTimer);
+    }
     if (isResponseLike(message)) this.#relayed.delete(idKey(message.id));
     if (this.#write(message) !== 'ok') this.#options.logger.warn({ evt: 'bridge_client_message_dropped', session: this.sessionId }, 'the stdio server is not reading: a client notification or answer was dropped');
   }
@@ -119,6 +157,7 @@ export class DirectSession {
     // Whatever waited for a GET stream goes out on this request's stream instead.
     for (const held of this.channel.takeHeld()) this.channel.sendRelated(held, id);
     if (message.method === 'initialize') {
+      this.#initializeId = id;
       this.#initializeTimer = setTimeout(() => {
         void this.#fail(`the stdio server did not answer initialize within ${this.#options.initializeTimeoutMs} ms`);
       }, this.#options.initializeTimeoutMs);
@@ -161,6 +200,7 @@ export class DirectSession {
         clearTimeout(this.#initializeTimer);
         this.#initializeTimer = undefined;
       }
+      if (this.#initializeId !== undefined && idKey(message.id) === idKey(this.#initializeId)) this.#initializeAnswered = true;
       this.channel.sendResponse(message as JSONRPCMessage, bytes);
       return;
     }

@@ -12,10 +12,12 @@ import { Agent, type Dispatcher } from 'undici';
 import { GatewayError } from '../errors.js';
 import { sendRpcError } from '../io/error-reply.js';
 import type { Logger } from '../observability/logger.js';
-import { Bridge } from './bridge.js';
+import { Bridge, type StdioCapacity } from './bridge.js';
+import { childEnvironment } from './child-env.js';
 import { DEFAULT_EVENT_BUFFER, type EventBufferLimits } from './event-store.js';
 
 export { MAX_CLIENT_STATE_BYTES } from './protocol.js';
+export type { StdioCapacity } from './bridge.js';
 
 export interface RunningBridge {
   /** Base URL the gateway proxies to, e.g. http://bridge.local/mcp. */
@@ -23,7 +25,9 @@ export interface RunningBridge {
   /** An undici Agent that reaches it (connect.socketPath for the Unix socket). */
   dispatcher: Dispatcher;
   /** SPEC §4 readiness: a live initialised child (or, with none running, one can be spawned and initialised). */
-  probe(): Promise<{ ok: boolean; detail: string }>;
+  probe(): Promise<{ ok: boolean; detail: string; children: StdioCapacity }>;
+  /** The children against maxChildren now (SPEC §22: /readyz, tollbooth_stdio_children). */
+  capacity(): StdioCapacity;
   /** Stops every child, closes the listener. */
   close(): Promise<void>;
 }
@@ -36,8 +40,14 @@ export interface BridgeOptions {
   /** Cap on one line a child writes (= upstream.maxResponseBytes); a longer line stops the child. */
   maxLineBytes: number;
   logger: Logger;
-  /** The children's environment (default: this process's). */
+  /** The children's whole environment (default: PATH, HOME, LANG, LC_*, TZ, TMPDIR of this process; child-env.ts). */
   env?: NodeJS.ProcessEnv;
+  /** The children's working directory (default: this process's). */
+  cwd?: string;
+  /** A per-client child whose client has not completed initialize this long after the spawn is stopped (default 10 s). */
+  initTimeoutMs?: number;
+  /** Stopping a child: SIGTERM to its process group, SIGKILL this long after (default 5 s). */
+  killTimeoutMs?: number;
   /** Listen on this loopback address instead of a private Unix socket (the standalone `tollbooth bridge`). */
   listen?: { host: string; port: number };
   /** The MCP path (default /mcp). */
@@ -54,6 +64,8 @@ export interface BridgeOptions {
   initializeTimeoutMs?: number;
   /** `shared` mode restarts (default 250 ms doubling to 10 s). */
   restartBackoff?: { initialMs: number; maxMs: number };
+  /** At maxChildren, a child idle this long may be stopped for a new client (default 30 s; tests shorten it). */
+  evictAfterIdleMs?: number;
 }
 
 export async function startBridge(options: BridgeOptions): Promise<RunningBridge> {
@@ -68,7 +80,9 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     logger: options.logger,
     child: {
       command: options.command,
-      env: options.env ?? process.env,
+      env: options.env ?? childEnvironment(process.env),
+      cwd: options.cwd,
+      killTimeoutMs: options.killTimeoutMs ?? 5_000,
       logger: options.logger,
       maxLineBytes: options.maxLineBytes,
       maxStdinBytes: options.maxStdinBytes ?? options.maxLineBytes,
@@ -79,6 +93,8 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     eventBuffer: options.eventBuffer ?? DEFAULT_EVENT_BUFFER,
     maxBufferedBytes: options.maxLineBytes + 1024 * 1024,
     initializeTimeoutMs: options.initializeTimeoutMs ?? 30_000,
+    initTimeoutMs: options.initTimeoutMs ?? 10_000,
+    evictAfterIdleMs: options.evictAfterIdleMs,
     restartBackoff: options.restartBackoff ?? { initialMs: 250, maxMs: 10_000 },
   });
   try {
@@ -126,7 +142,8 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
   return {
     url,
     dispatcher,
-    probe: () => bridge.probe(),
+    probe: async () => ({ ...(await bridge.probe()), children: bridge.capacity() }),
+    capacity: () => bridge.capacity(),
     close: () =>
       (closing ??= (async () => {
         server.close();

@@ -91,7 +91,7 @@ export interface ModernPoolOptions {
   child: ChildOptions;
   logger: Logger;
   initializeTimeoutMs: number;
-  /** Takes a child slot from the bridge's maxChildren budget; false when none is free. */
+  /** Takes a child slot from the bridge's maxChildren budget (evicting an idle child if need be); false when none is free. */
   acquireSlot(): boolean;
   releaseSlot(): void;
 }
@@ -117,7 +117,7 @@ export class ModernPool {
     const key = canonicalJson(capabilities);
     const existing = this.#entries.get(key);
     if (existing) return existing.starting;
-    if (!this.#options.acquireSlot() && !(this.evictIdle() && this.#options.acquireSlot())) {
+    if (!this.#options.acquireSlot()) {
       return Promise.resolve({ refused: 'the bridge is running its maximum number of stdio children (maxChildren); try again later', reason: BRIDGE_ERROR.atCapacity.reason });
     }
     const entry: PoolEntry = { key, mux: undefined as unknown as Multiplexer, child: undefined, identity: undefined, starting: undefined as never, lastUsedAt: systemClock.monotonic() };
@@ -127,15 +127,27 @@ export class ModernPool {
     return entry.starting;
   };
 
-  /** Stops the least recently used child with nothing running; false when every child is busy. */
-  evictIdle(): boolean {
+  /** The least recently used child with nothing running for at least `minIdleMs`, and how to stop it. */
+  leastRecentlyUsedIdle(now: number, minIdleMs: number): { lastUsedAt: number; stop(why: string): void } | undefined {
     let victim: PoolEntry | undefined;
     for (const entry of this.#entries.values()) {
-      if (entry.child?.alive === true && entry.mux.running === 0 && (victim === undefined || entry.lastUsedAt < victim.lastUsedAt)) victim = entry;
+      if (entry.child?.alive !== true || entry.mux.running > 0 || now - entry.lastUsedAt < minIdleMs) continue;
+      if (victim === undefined || entry.lastUsedAt < victim.lastUsedAt) victim = entry;
     }
-    if (victim === undefined) return false;
-    this.#stop(victim, 'evicted to make room for another capability set');
-    return true;
+    if (victim === undefined) return undefined;
+    const chosen = victim;
+    return { lastUsedAt: chosen.lastUsedAt, stop: (why) => this.#stop(chosen, why) };
+  }
+
+  /** Children still starting, and children with nothing running for at least `idleMs` (capacity). */
+  census(now: number, idleMs: number): { starting: number; idle: number } {
+    let starting = 0;
+    let idle = 0;
+    for (const entry of this.#entries.values()) {
+      if (entry.child === undefined) starting += 1;
+      else if (entry.child.alive && entry.mux.running === 0 && now - entry.lastUsedAt >= idleMs) idle += 1;
+    }
+    return { starting, idle };
   }
 
   /** Stops children idle (nothing running) for `idleMs`. */

@@ -17,6 +17,8 @@ export class StderrLog {
   #tokens = BURST;
   #refilledAt: number;
   #suppressed = 0;
+  /** Lines written after the bridge began stopping the child (counted, not logged), and the first of them. */
+  #quiet: { lines: number; first: string } | undefined;
 
   constructor(logger: Logger, pid: number | undefined, now: () => number = Date.now) {
     this.#logger = logger;
@@ -34,14 +36,31 @@ export class StderrLog {
     this.#splitter.push(chunk);
   }
 
+  /**
+   * The child is being stopped: what it writes from now on (typically an EPIPE stack from a write to the
+   * pipe we closed) is expected, and becomes one debug line when stderr ends.
+   */
+  quiet(): void {
+    this.#quiet ??= { lines: 0, first: '' };
+  }
+
   end(): void {
     this.#splitter.end();
+    if (this.#quiet && this.#quiet.lines > 0) {
+      this.#logger.debug({ evt: 'bridge_child_stderr_after_stop', pid: this.#pid, lines: this.#quiet.lines, first: this.#quiet.first }, 'the stdio server wrote to stderr while being stopped');
+    }
     if (this.#suppressed > 0) this.#logger.info({ evt: 'bridge_child_stderr_suppressed', pid: this.#pid, lines: this.#suppressed }, 'stdio server stderr lines suppressed by the rate limit');
     this.#suppressed = 0;
   }
 
   #line(line: string, bytes: number): void {
     if (line.trim() === '') return;
+    if (this.#quiet) {
+      // Kept: the first line naming an error ("Error: write EPIPE"; a stack starts with a source location), else the first.
+      this.#quiet.lines += 1;
+      if (this.#quiet.first === '' || (!/Error:/.test(this.#quiet.first) && /Error:/.test(line))) this.#quiet.first = line.slice(0, 200);
+      return;
+    }
     const now = this.#now();
     this.#tokens = Math.min(BURST, this.#tokens + ((now - this.#refilledAt) / 1000) * LINES_PER_SECOND);
     this.#refilledAt = now;

@@ -14,6 +14,8 @@ export function maskSecrets(config: GatewayConfig): GatewayConfig {
   copy.ledger.signingKey = maskValue(copy.ledger.signingKey);
   for (const upstream of [copy.upstream, ...Object.values(copy.servers).map((entry) => entry.upstream)]) {
     for (const name of Object.keys(upstream.headers)) upstream.headers[name] = maskValue(upstream.headers[name] ?? '');
+    // A stdio child's given environment is where its own credentials go.
+    for (const name of Object.keys(upstream.env)) upstream.env[name] = maskValue(upstream.env[name] ?? '');
     if (upstream.url !== undefined) upstream.url = maskUrlSecrets(upstream.url);
   }
   copy.payments.x402.facilitatorUrl = maskUrlSecrets(copy.payments.x402.facilitatorUrl);

@@ -62,6 +62,8 @@ const serverSchema = z.strictObject({
   allowedHosts: z.array(z.string()).default([]),
   bodyLimit: byteSize.default(4 * 1024 ** 2),
   trustProxy: z.boolean().default(false),
+  // SIGTERM/SIGINT: how long calls in flight may finish before the children are stopped and the process exits.
+  drainTimeout: duration.default(15_000),
 });
 
 /** How a stdio upstream's children are run (SPEC §5.5, src/bridge/README.md); only with upstream.command. */
@@ -69,13 +71,30 @@ const stdioSchema = z.strictObject({
   sessions: z.enum(['perClient', 'shared']).default('perClient'),
   maxChildren: positiveInt.default(32),
   idleTimeout: duration.refine((ms) => ms >= 1_000, 'a duration of at least 1s').default(600_000),
+  // A child whose client has not completed initialize (notifications/initialized) this long after its spawn is stopped.
+  initTimeout: duration.refine((ms) => ms >= 100, 'a duration of at least 100ms').default(10_000),
+  // Stopping a child: SIGTERM to its process group, SIGKILL to the group this long after.
+  killTimeout: duration.refine((ms) => ms >= 100, 'a duration of at least 100ms').default(5_000),
 });
+
+/** An environment variable's name, as a shell writes it. */
+const ENV_NAME_EXPECTED = 'an environment variable name (letters, digits and _, not starting with a digit)';
+const envName = z.string(ENV_NAME_EXPECTED).regex(/^[A-Za-z_][A-Za-z0-9_]*$/, ENV_NAME_EXPECTED);
 
 const upstreamSchema = z
   .strictObject({
     url: httpUrl.optional(),
     command: z.array(z.string()).min(1, 'a command with at least the program name').optional(),
     stdio: stdioSchema.optional(),
+    // A stdio child's environment is given, never inherited (PATH, HOME, LANG, LC_*, TZ, TMPDIR + these).
+    inheritEnv: z.array(envName).default([]),
+    env: z
+      .record(z.string(), z.string())
+      .superRefine((env, ctx) => {
+        const bad = Object.keys(env).find((name) => !envName.safeParse(name).success);
+        if (bad !== undefined) ctx.addIssue({ code: 'custom', message: `environment variable names as keys (${ENV_NAME_EXPECTED})`, input: env, params: { found: `the key ${JSON.stringify(bad)}` } });
+      })
+      .default({}),
     headers: z.record(z.string(), z.string()).default({}),
     callDeadline: duration.default(20_000),
     maxResponseBytes: byteSize.default(16 * 1024 ** 2),
@@ -87,6 +106,12 @@ const upstreamSchema = z
     }
     if (value.stdio !== undefined && value.command === undefined) {
       ctx.addIssue({ code: 'custom', path: ['stdio'], message: 'no upstream.stdio unless upstream.command is set (it says how stdio children run)', input: value.stdio, params: { found: 'upstream.stdio beside upstream.url' } });
+    }
+    if (value.command === undefined && value.inheritEnv.length > 0) {
+      ctx.addIssue({ code: 'custom', path: ['inheritEnv'], message: 'no upstream.inheritEnv unless upstream.command is set (it is a stdio child\'s environment)', input: value.inheritEnv, params: { found: 'upstream.inheritEnv beside upstream.url' } });
+    }
+    if (value.command === undefined && Object.keys(value.env).length > 0) {
+      ctx.addIssue({ code: 'custom', path: ['env'], message: 'no upstream.env unless upstream.command is set (it is a stdio child\'s environment)', input: value.env, params: { found: 'upstream.env beside upstream.url' } });
     }
   })
   // A stdio upstream always has its settings, defaults applied.

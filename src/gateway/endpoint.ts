@@ -81,6 +81,11 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     app.addHook('onClose', async () => closing.close());
   }
 
+  // SPEC §22: a stdio upstream's catalog is read off the request path (a read costs a child).
+  const catalog = new ToolCatalog(deps.target, { upstreamHeaders: endpoint.upstream.headers, now, background: deps.target.capacity !== undefined });
+  catalog.start();
+  app.addHook('onClose', async () => catalog.close());
+
   await registerMcpEndpoint(app, {
     server: endpoint.name,
     mcpPath: endpoint.path,
@@ -92,7 +97,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     visibility: visibilityFromConfig({ tools: endpoint.tools, auth: { mode: config.auth.mode, toolScopes: endpoint.toolScopes, hideUnauthorisedTools: config.auth.hideUnauthorisedTools } }),
     anyPriced: Object.values(endpoint.tools).some((tool) => tool.sku !== undefined && !tool.hidden),
     paywall,
-    catalog: new ToolCatalog(deps.target, { upstreamHeaders: endpoint.upstream.headers, now }),
+    catalog,
     authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,
     sessions: resourceServer ? new SessionBindings({ store: deps.store, now }, { endpoint: endpoint.name }) : null,
     store: deps.store,

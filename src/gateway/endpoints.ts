@@ -44,6 +44,6 @@ export function endpointsOf(config: GatewayConfig): EndpointConfig[] {
  * Per endpoint: a stdio child belongs to one endpoint's sessions.
  */
 export function upstreamKey(name: string, upstream: UpstreamConfig, bodyLimit: number): string {
-  const running = upstream.command ? { command: upstream.command, stdio: upstream.stdio, maxResponseBytes: upstream.maxResponseBytes, bodyLimit } : { url: upstream.url };
+  const running = upstream.command ? { command: upstream.command, stdio: upstream.stdio, inheritEnv: upstream.inheritEnv, env: upstream.env, maxResponseBytes: upstream.maxResponseBytes, bodyLimit } : { url: upstream.url };
   return JSON.stringify({ name, ...running });
 }

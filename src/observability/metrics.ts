@@ -64,6 +64,19 @@ export interface Metrics {
   storeUnreplicatedWrites: client.Counter<'op'>;
   /** SPEC §21: payments the provider reported for charges the store did not know, kept for the operator. */
   orphanPayments: client.Counter;
+  /** SPEC §22: stdio children per endpoint by state (starting, active, idle, free), read at scrape time from `stdioChildrenSource`. */
+  stdioChildren: client.Gauge<'server' | 'state'>;
+  /** What the scrape reads for tollbooth_stdio_children (start.ts points it at its running upstreams). */
+  stdioChildrenSource: { read(): StdioChildrenReading[] };
+}
+
+/** One endpoint's stdio children by state, as tollbooth_stdio_children exports them. */
+export interface StdioChildrenReading {
+  server: string;
+  starting: number;
+  active: number;
+  idle: number;
+  free: number;
 }
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
@@ -101,6 +114,7 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
     },
   });
   const unreplicatedCounted = new Map<string, number>();
+  const stdioChildrenSource: Metrics['stdioChildrenSource'] = { read: () => [] };
   return {
     registry,
     mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by endpoint, method, era and HTTP status class (2xx … 5xx).', labelNames: ['server', 'method', 'era', 'status'], registers }),
@@ -148,5 +162,18 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
         }
       },
     }),
+    stdioChildren: new client.Gauge({
+      name: 'tollbooth_stdio_children',
+      help: 'stdio children of each endpoint by state: starting (client not initialised yet), active, idle (may be stopped for a new client), free (slots left of maxChildren).',
+      labelNames: ['server', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const reading of stdioChildrenSource.read()) {
+          for (const state of ['starting', 'active', 'idle', 'free'] as const) this.inc({ server: reading.server, state }, reading[state]);
+        }
+      },
+    }),
+    stdioChildrenSource,
   };
 }

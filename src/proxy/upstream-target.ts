@@ -3,6 +3,7 @@
 // (src/bridge/) with the bridge's dispatcher. Both have the same shape, so every rule of §5 and §6 has
 // one implementation.
 import { Agent, request, type Dispatcher } from 'undici';
+import type { StdioCapacity } from '../bridge/index.js';
 import { discard } from '../io/body.js';
 
 export interface UpstreamTarget {
@@ -10,7 +11,9 @@ export interface UpstreamTarget {
   url: string;
   dispatcher: Dispatcher;
   /** §4 readyz: an HTTP answer of any status within 1 s, or a live initialised stdio child. */
-  probe(): Promise<{ ok: boolean; detail: string }>;
+  probe(): Promise<{ ok: boolean; detail: string; children?: StdioCapacity }>;
+  /** A stdio upstream's children against maxChildren (SPEC §22); absent for an HTTP upstream. */
+  capacity?(): StdioCapacity;
   close(): Promise<void>;
 }
 

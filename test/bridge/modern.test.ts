@@ -5,7 +5,7 @@
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from '@modelcontextprotocol/client';
 import t from 'tap';
 import { everythingEntry } from '../helpers/interop-upstreams.js';
-import { CAPABILITIES_SERVER, openRawSession, raw, readEvents, startTestBridge, waitFor, type Json, type TestBridge } from './helpers.js';
+import { CAPABILITIES_SERVER, openRawSession, raw, readEvents, sessionHeaders, startTestBridge, waitFor, type Json, type TestBridge } from './helpers.js';
 
 const envelope = (capabilities: Json = {}, clientInfo: Json = { name: 'raw-modern', version: '1' }): Json => ({
   'io.modelcontextprotocol/protocolVersion': '2026-07-28',
@@ -86,13 +86,19 @@ t.test('an SDK v2 client pinned to 2026-07-28 works through the bridge', async (
 });
 
 t.test('2026-07-28 children count against maxChildren; an idle one makes room; idle ones are stopped', async (t) => {
-  const bridge = await startTestBridge(t, { maxChildren: 2, idleTimeoutMs: 3_000 });
+  // evictAfterIdleMs 0: a child with nothing running may make room at once (30 s in production).
+  const bridge = await startTestBridge(t, { maxChildren: 2, idleTimeoutMs: 3_000, evictAfterIdleMs: 0 });
   t.match((await raw(bridge, 'POST', modernCall(1, 'echo', { text: 'a' }, { a: {} }))).messages[0], { result: {} });
   t.match((await raw(bridge, 'POST', modernCall(1, 'echo', { text: 'b' }, { b: {} }))).messages[0], { result: {} });
   // Both slots hold idle 2026-07-28 children: a legacy session takes the least recently used one's slot.
   const session = await openRawSession(bridge);
   t.ok(session.id, 'a legacy session got a slot');
   t.ok(bridge.log.lines.some((line) => line.evt === 'bridge_child_stop' && /make room/.test(String(line.why))), 'an idle 2026-07-28 child was stopped to make room');
+  // The legacy client keeps its GET stream open: its child is in use, not idle.
+  const listening = new AbortController();
+  t.teardown(() => listening.abort());
+  raw(bridge, 'GET', undefined, sessionHeaders(session.id!), listening.signal).catch(() => undefined);
+  await waitFor(() => bridge.capacity().idle === 1, 'the legacy session to be listening (only the 2026-07-28 child idle)');
   const slow = raw(bridge, 'POST', modernCall(1, 'slow', { ms: 1_000, steps: 1 }, { b: {} }));
   await new Promise((resolve) => setTimeout(resolve, 200)); // the slow call is running: that child is busy
   const refused = await raw(bridge, 'POST', modernCall(1, 'echo', { text: 'c' }, { c: {} }));

@@ -28,10 +28,10 @@ t.test('two-servers.yaml: both endpoints serve their own server, priced as writt
   t.teardown(() => research.close());
   // Port 0: the gateway binds a free port; the public URL written with port 0 names the bound one.
   const loaded = loadConfig(join(EXAMPLES, 'two-servers.yaml'), { RESEARCH_URL: research.url, TOLLBOOTH_PUBLIC_URL: 'http://127.0.0.1:0/mcp' });
-  t.equal(loaded.servers.local?.upstream.command?.[1], 'dist/research/stdio.js');
+  t.equal(loaded.servers.local?.upstream.command?.[1], '../../dist/research/stdio.js', 'relative to the config file (SPEC §22)');
   const config = structuredClone<GatewayConfig>(loaded);
   config.server.port = 0;
-  const gateway = await runGateway(config, { logger: createLogger('silent') });
+  const gateway = await runGateway(config, { logger: createLogger('silent'), configPath: join(EXAMPLES, 'two-servers.yaml') });
   t.teardown(() => gateway.close());
   const { port } = new URL(gateway.url);
 

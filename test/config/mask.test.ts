@@ -113,3 +113,10 @@ t.test('printableConfig (what check prints) drops the moove block unless the pro
   const moove = printableConfig(parseConfigText(withSecrets, 'x.yaml', {})) as { payments: { moove: { apiKey: string } } };
   t.equal(moove.payments.moove.apiKey, MASK, 'with provider moove the block stays, masked');
 });
+
+t.test('a stdio child\'s env values are masked (SPEC §22: its own credentials go there), their names kept', async (t) => {
+  const config = parseConfigText('upstream:\n  command: [server]\n  env: { API_TOKEN: "child-secret", EMPTY: "" }\n', 'x.yaml', {});
+  const masked = maskSecrets(config);
+  t.same(masked.upstream.env, { API_TOKEN: MASK, EMPTY: '' });
+  t.equal(config.upstream.env.API_TOKEN, 'child-secret', 'the running config keeps the value');
+});

@@ -18,7 +18,7 @@ t.test('the default config: challenge, pay on the checkout page in Chromium, the
   delete process.env.NODE_OPTIONS; // tap's hooks would load into the research child and slow it down
   const shipped = parse(readFileSync('config/tollbooth.yaml', 'utf8')) as ConfigInput;
   // Port 0: the gateway binds a free port and its public URL names it.
-  const gateway = await startTestGateway(t, { ...shipped, server: { ...shipped.server, port: 0, publicUrl: 'http://127.0.0.1:0/mcp' } });
+  const gateway = await startTestGateway(t, { ...shipped, server: { ...shipped.server, port: 0, publicUrl: 'http://127.0.0.1:0/mcp' } }, { configPath: 'config/tollbooth.yaml' });
 
   const client = new Client({ name: 'demo-test', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));

@@ -28,7 +28,8 @@ t.test('upstream keys: what runs decides, per endpoint; prices and deadlines do 
   const key = upstreamKey('files', files!.upstream, 1024);
   t.equal(upstreamKey('files', { ...files!.upstream, callDeadline: 1 }, 1024), key, 'a deadline change keeps the running upstream');
   t.not(upstreamKey('files', { ...files!.upstream, command: ['node', 'other.js'] }, 1024), key, 'another command is another upstream');
-  t.not(upstreamKey('files', { ...files!.upstream, stdio: { sessions: 'shared', maxChildren: 1, idleTimeout: 1000 } }, 1024), key, 'other stdio settings are another bridge');
+  t.not(upstreamKey('files', { ...files!.upstream, stdio: { sessions: 'shared', maxChildren: 1, idleTimeout: 1000, initTimeout: 10_000, killTimeout: 5_000 } }, 1024), key, 'other stdio settings are another bridge');
+  t.not(upstreamKey('files', { ...files!.upstream, env: { TOKEN: 'x' } }, 1024), key, 'another child environment is another bridge');
   t.not(upstreamKey('other', files!.upstream, 1024), key, 'the same command at another endpoint runs its own children');
   t.equal(upstreamKey('default', main!.upstream, 1), upstreamKey('default', { ...main!.upstream, headers: { a: 'b' } }, 2), 'an HTTP upstream is its URL');
 });

@@ -47,7 +47,7 @@ export function testConfig(upstreamUrl: string, overrides: Partial<ConfigInput> 
  * then follows the bound port unless the config sets one. `clock`: a test clock (helpers/clock.ts).
  * `spanExporter`: tracing on, finished spans there (an InMemorySpanExporter) instead of the configured exporter.
  */
-export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock; spanExporter?: SpanExporter } = {}): Promise<TestGateway> {
+export async function startTestGateway(t: Test, input: ConfigInput, options: { clock?: Clock; spanExporter?: SpanExporter; configPath?: string } = {}): Promise<TestGateway> {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -57,7 +57,8 @@ export async function startTestGateway(t: Test, input: ConfigInput, options: { c
   });
   const config = configSchema.parse({ ...input, server: { ...input.server, port: input.server?.port ?? 0 } });
   const logger = createLogger(config.logging.level, sink);
-  const running = await runGateway(config, { logger, clock: options.clock, spanExporter: options.spanExporter });
+  // configPath: where the config came from (stdio children run in its directory, SPEC §22).
+  const running = await runGateway(config, { logger, clock: options.clock, spanExporter: options.spanExporter, configPath: options.configPath });
   t.teardown(() => running.close());
   return {
     ...running,

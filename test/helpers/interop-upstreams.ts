@@ -21,8 +21,11 @@ export interface RunningUpstream {
   close(): Promise<void>;
 }
 
-/** The stdio fixture as an upstream.command (tap's NODE_OPTIONS must be cleared in the child env). */
-export const STDIO_FIXTURE_COMMAND = [process.execPath, '--import', 'tsx', fileURLToPath(new URL('../fixtures/stdio-server.ts', import.meta.url))];
+/**
+ * The stdio fixture as an upstream.command (tap's NODE_OPTIONS must be cleared in the child env). tsx by its
+ * resolved URL: a child runs in its config file's directory, from where the bare name may not resolve.
+ */
+export const STDIO_FIXTURE_COMMAND = [process.execPath, '--import', import.meta.resolve('tsx'), fileURLToPath(new URL('../fixtures/stdio-server.ts', import.meta.url))];
 
 /** The environment for children the tests spawn: tap's hooks off (they slow children and are not needed). */
 export const childEnv = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, NODE_OPTIONS: '', ...extra });
