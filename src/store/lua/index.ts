@@ -8,6 +8,7 @@ import { EXPIRE_HANDLE, LEDGER_CHECKPOINT, LEDGER_PRELUDE } from './ledger.js';
 import { PRELUDE } from './prelude.js';
 import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
 import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
+import { HOLD_TASK_RESERVATION } from './tasks.js';
 import { FINISH_PAYMENT_NONCE } from './x402.js';
 
 const BODIES = {
@@ -38,6 +39,8 @@ const BODIES = {
   // sessions bound to principals (SPEC §20)
   tbBindSession: BIND_SESSION,
   tbSessionPrincipal: SESSION_PRINCIPAL,
+  // tasks holding a reservation (SPEC §24)
+  tbHoldTaskReservation: HOLD_TASK_RESERVATION,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;
