@@ -106,3 +106,31 @@ t.test('an unpriced task-capable tool passes through unchanged', async (t) => {
   t.equal(result.content[0].text, `done:${taskId}`);
   t.notOk(result._meta?.['xyz.tollbooth/receipt']);
 });
+
+t.test('a task belongs to the session that created it: another session asking for it is refused, nothing forwarded', async (t) => {
+  const gateway = await startTestGateway(t, priced());
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  let nextId = 1;
+  const post = async (session: string, method: string, params: Json): Promise<Json> => {
+    const response = await fetch(gateway.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25', 'mcp-session-id': session },
+      body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
+    });
+    return (await response.json()) as Json;
+  };
+  const created = await post('session-a', 'tools/call', { name: 'job', arguments: { name: 'owned', tollboothToken: handle }, task: { ttl: 600_000 } });
+  const taskId = created.result.task.taskId as string;
+  await upstream.finish(taskId, 'completed');
+  const before = upstream.bodies.length;
+
+  const stranger = await post('session-b', 'tasks/result', { taskId });
+  t.equal(stranger.error?.code, -32602, 'answered as an unknown task');
+  t.notOk(stranger.result, 'no result');
+  t.equal(upstream.bodies.length, before, 'nothing forwarded');
+  t.equal(await researchBalance(gateway, handle), 2, 'still held');
+
+  const owner = await post('session-a', 'tasks/result', { taskId });
+  t.equal(owner.result.content[0].text, `done:${taskId}`);
+  t.equal(owner.result._meta['xyz.tollbooth/receipt'].remaining, 2);
+});
