@@ -30,6 +30,25 @@ export interface PacedResult {
   latencies: Float64Array;
   /** Seconds since start at which each 2xx answer ended (same order as latencies). */
   times: Float64Array;
+  /** ms since start at which request i was due (i / rate), in due order. */
+  dueMs: Float64Array;
+  /** ms since start at which request i was handed to a connection, in due order (never before dueMs[i]). */
+  sentMs: Float64Array;
+}
+
+/**
+ * The most requests sent within any `windowMs` (from `sentMs`, sorted). The bench prints it beside the
+ * expected share (rate × window): evenness is a timing property, so it is measured here, not asserted in
+ * the suite, where a loaded runner bunches late requests and a fair generator looks bursty.
+ */
+export function busiestWindow(sentMs: Float64Array, windowMs: number): number {
+  const sorted = Float64Array.from(sentMs).sort();
+  let busiest = 0;
+  for (let i = 0, j = 0; i < sorted.length; i++) {
+    while ((sorted[i] as number) - (sorted[j] as number) > windowMs) j++;
+    busiest = Math.max(busiest, i - j + 1);
+  }
+  return busiest;
 }
 
 /** The generator wakes this often and sends every request that has come due (Node timers have ~1 ms resolution). */
@@ -42,18 +61,22 @@ export async function pacedLoad(url: string, options: PacedOptions): Promise<Pac
   const intervalMs = 1000 / options.rate;
   const latencies = new Float64Array(total);
   const times = new Float64Array(total);
+  const dueMs = new Float64Array(total);
+  const sentMs = new Float64Array(total);
   let ok = 0;
   let non2xx = 0;
   let errors = 0;
   let sent = 0;
   let inFlight = 0;
-  const queue: number[] = []; // due times of requests waiting for a free connection
+  const queue: number[] = []; // indexes of requests waiting for a free connection
   const started = performance.now();
 
   let finished!: () => void;
   const done = new Promise<void>((resolve) => (finished = resolve));
 
-  const send = (dueAt: number): void => {
+  const send = (index: number): void => {
+    const dueAt = started + (dueMs[index] as number);
+    sentMs[index] = performance.now() - started;
     inFlight += 1;
     pool
       .request({ method: 'POST', path: target.pathname, headers: options.headers, body: options.body })
@@ -82,10 +105,11 @@ export async function pacedLoad(url: string, options: PacedOptions): Promise<Pac
   const tick = (): void => {
     const now = performance.now();
     while (sent < total && started + sent * intervalMs <= now) {
-      const dueAt = started + sent * intervalMs;
+      const index = sent;
+      dueMs[index] = index * intervalMs;
       sent += 1;
-      if (inFlight < options.connections) send(dueAt);
-      else queue.push(dueAt);
+      if (inFlight < options.connections) send(index);
+      else queue.push(index);
     }
     if (sent < total) setTimeout(tick, TICK_MS);
   };
@@ -93,5 +117,5 @@ export async function pacedLoad(url: string, options: PacedOptions): Promise<Pac
   await done;
   const elapsedS = (performance.now() - started) / 1000;
   await pool.close();
-  return { requests: ok + non2xx + errors, ok, non2xx, errors, elapsedS, latencies: latencies.subarray(0, ok), times: times.subarray(0, ok) };
+  return { requests: ok + non2xx + errors, ok, non2xx, errors, elapsedS, latencies: latencies.subarray(0, ok), times: times.subarray(0, ok), dueMs, sentMs };
 }

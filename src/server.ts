@@ -14,12 +14,14 @@ import { Settler } from './payments/settle.js';
 import { registerDevCheckout } from './http/dev-checkout.js';
 import type { X402Rail } from './payments/x402/rail.js';
 import { DeadlineQueue } from './proxy/deadlines.js';
+import { PricedRequests } from './proxy/priced-requests.js';
 import type { UpstreamTarget } from './proxy/upstream-target.js';
 import { GatewayError } from './errors.js';
 import { asGatewayError, sendErrorReply } from './io/error-reply.js';
 import type { Store } from './store/store.js';
 import { registerOpsRoutes } from './http/ops-routes.js';
 import { registerEndpoint } from './gateway/endpoint.js';
+import type { RequestMemory } from './gateway/memory.js';
 import { DEFAULT_ENDPOINT, endpointsOf } from './gateway/endpoints.js';
 
 export interface GatewayDeps {
@@ -39,6 +41,11 @@ export interface GatewayDeps {
   registerProviderRoutes?: (app: FastifyInstance, settler: Settler) => void;
   /** The x402 rail (SPEC §19), when payments.x402 is on; its owner closes it after the drain. */
   x402Rail?: X402Rail | null;
+  /**
+   * The process's §6.5 memory (gateway/memory.ts), shared by every gateway a reload builds; absent (tests
+   * that build one gateway), this gateway has its own, closed with it.
+   */
+  memory?: RequestMemory;
 }
 
 export interface Gateway {
@@ -80,10 +87,12 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
 
   const settler = new Settler({ store: deps.store, provider: deps.provider, policy: config.payments.settlement, metrics: deps.metrics, logger: deps.logger, clock });
   const openStreams = new Set<ServerResponse>();
-  // One deadline queue per gateway, on its clock: every endpoint's priced calls share its one timer; it is
-  // disarmed when this gateway closes (after its calls in flight), whatever other gateways the process runs.
-  const deadlines = new DeadlineQueue(clock);
-  app.addHook('onClose', async () => deadlines.close());
+  // One deadline queue: every endpoint's priced calls share its one timer. The process's (start.ts) outlives
+  // this gateway, so a call left pending here (a stream the upstream ended early) is still released at its
+  // deadline after a reload; a gateway built alone has its own, disarmed when it closes.
+  const memory = deps.memory ?? { registry: new PricedRequests({ store: deps.store, now }), deadlines: new DeadlineQueue(clock) };
+  const { deadlines } = memory;
+  if (!deps.memory) app.addHook('onClose', async () => deadlines.close());
   closeUnusedConnectionsOnClose(app);
   // One MCP endpoint per entry (SPEC §18): the top-level one, then each of `servers`, each before its own upstream.
   const servers: Record<string, UpstreamTarget> = {};
@@ -100,6 +109,7 @@ export async function buildGateway(config: GatewayConfig, deps: GatewayDeps): Pr
       logger: deps.logger,
       now,
       deadlines,
+      registry: memory.registry,
       tracing: deps.tracing ?? null,
       x402Rail: deps.x402Rail ?? null,
       openStreams,

@@ -17,10 +17,13 @@ import { registerMooveWebhookRoute } from './http/moove-webhook.js';
 import { MOOVE_WEBHOOK_EVENT_MEMORY_MS } from './payments/webhook.js';
 import { configSha, maxCallDeadline, prepareReload } from './gateway/reload.js';
 import { GatewaySwitch } from './gateway/switch.js';
+import { createRequestMemory } from './gateway/memory.js';
 import { UpstreamPool, type EndpointUpstreams } from './gateway/upstreams.js';
 import type { ReloadResult } from './observability/metrics.js';
 import { buildGateway, type Gateway } from './server.js';
 import { createStore } from './store/create.js';
+import { Outbox } from './store/outbox.js';
+import { outboxDirFor } from './store/outbox-file.js';
 import type { Store } from './store/store.js';
 
 export interface RunningGateway {
@@ -76,7 +79,12 @@ async function assemble(
     config.payments.provider === 'moove'
       ? new MooveProvider({ apiKey: config.payments.moove.apiKey, baseUrl: config.payments.moove.baseUrl, logger, metrics })
       : new DevProvider({ store, publicUrl: config.server.publicUrl });
-  const x402Rail = X402Rail.fromConfig(config, { store, logger, metrics, clock: clock.now }); // null when payments.x402 is off
+  // SPEC §21: records whose money already moved wait here while the store is down (a memory store has no file: it dies with the process).
+  const outbox = new Outbox({ store, dir: config.store.type === 'redis' ? outboxDirFor(config.store) : null, logger, clock, onDepth: (pending) => metrics.outboxPending.set(pending) });
+  await outbox.start();
+  const x402Rail = X402Rail.fromConfig(config, { store, outbox, logger, metrics, clock: clock.now }); // null when payments.x402 is off
+  // SPEC §21: paid and released request ids per session, and pending call deadlines, outlive a reload.
+  const memory = createRequestMemory(tracing ? tracing.traceStore(store) : store, clock);
 
   const build = (next: GatewayConfig, nextTargets: EndpointUpstreams): Promise<Gateway> => buildGateway(next, {
     // Traced: store and provider calls made for a request become children of its span (elsewhere they run as they are).
@@ -89,10 +97,12 @@ async function assemble(
     clock,
     x402Rail,
     tracing,
+    memory,
     registerProviderRoutes: (app, settler) =>
       registerMooveWebhookRoute(app, {
         secret: next.payments.provider === 'moove' ? next.payments.moove.webhookSecret : '',
         logger,
+        metrics,
         onLink: async (linkId) => {
           await settler.observeByRef(linkId);
         },
@@ -170,6 +180,8 @@ async function assemble(
     closing ??= (async () => {
       await reconciler.stop();
       await front.close(drainMs(effective));
+      memory.close();
+      outbox.close();
       await upstreams.closeAll().catch(() => undefined);
       await provider.close?.().catch(() => undefined);
       await x402Rail?.close().catch(() => undefined);

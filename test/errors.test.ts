@@ -1,6 +1,6 @@
 // The one error table (src/errors.ts) walked whole: every code has a status and a JSON-RPC code from RPC,
 // and every code is raised by the code that owns it. Most are driven over real HTTP — against a real
-// gateway (test/helpers/gateway.ts), a real OAuth gateway with a real JWKS issuer, a real Moove-mode
+// gateway (test/helpers/gateway.ts), a real OAuth gateway with a real OpenID Provider (oidc-provider), a real Moove-mode
 // gateway in front of the Moove fake, and a real stdio bridge — and the answer on the wire is checked
 // against the table (status, JSON-RPC code, id). The rest are raised here by the real function that owns
 // them; UNIT_ONLY says why each cannot be reached from a client. A code added to the table without a
@@ -25,7 +25,7 @@ import { MemoryStore } from '../src/store/memory.js';
 import { openRedisClient } from '../src/store/redis-connection.js';
 import { raw as rawBridge, startTestBridge, initializeRequest } from './bridge/helpers.js';
 import { startTestGateway, testConfig } from './helpers/gateway.js';
-import { startTestIssuer } from './helpers/jwks-issuer.js';
+import { startOidcIssuer } from './helpers/oidc-issuer.js';
 import { sendWebhook, startMooveFake } from './helpers/moove-fake.js';
 import { deadPort, startScriptedUpstream } from './helpers/scripted-upstream.js';
 
@@ -166,24 +166,24 @@ t.test('the gateway\'s other routes: not found, and the dev checkout\'s pay acti
 t.test('OAuth: no token, a missing scope, a session that is not the caller\'s', async (t) => {
   const upstream = await startScriptedUpstream();
   t.teardown(() => upstream.close());
-  const issuer = await startTestIssuer();
+  const issuer = await startOidcIssuer();
   t.teardown(() => issuer.close());
   // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
   let publicUrl = 'http://127.0.0.1:0/mcp';
   const gateway = await startTestGateway(
     t,
-    testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'] } }),
+    testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUri, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'] } }),
   );
   publicUrl = gateway.config.server.publicUrl;
   const ping = JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'ping' });
   const none = await send(gateway.url, { body: ping });
   expectRpc(t, none, 'TB_ERR_UNAUTHENTICATED', 3);
   t.match(none.headers['www-authenticate'], /^Bearer resource_metadata=/, 'WWW-Authenticate comes with the error');
-  const narrow = await issuer.mint({ sub: 'alice', aud: publicUrl, scope: 'other' });
+  const narrow = await issuer.tokenFor({ clientId: 'mcp-client', sub: 'alice', scope: 'other', resource: publicUrl });
   const scoped = await send(gateway.url, { headers: { authorization: `Bearer ${narrow}` }, body: ping });
   expectRpc(t, scoped, 'TB_ERR_INSUFFICIENT_SCOPE', 3);
   t.match(scoped.headers['www-authenticate'], /error="insufficient_scope"/);
-  const token = await issuer.mint({ sub: 'alice', aud: publicUrl, scope: 'mcp:use' });
+  const token = await issuer.tokenFor({ clientId: 'mcp-client', sub: 'alice', scope: 'mcp:use', resource: publicUrl });
   expectRpc(t, await send(gateway.url, { headers: { authorization: `Bearer ${token}`, 'mcp-session-id': 'someone-elses' }, body: ping }), 'TB_ERR_SESSION_NOT_FOUND', 3);
   t.equal(upstream.seen.length, 0, 'none of these reached the upstream');
 });

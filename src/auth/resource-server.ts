@@ -252,15 +252,18 @@ function refusalReason(err: unknown): Refused['reason'] {
 
 /**
  * SPEC §20: `sub:<sub>` when the token has a subject, else `client:<client_id>` (a client-credentials
- * token). The prefixes keep the two namespaces apart: a client whose id equals a user's subject is
+ * token: no subject, or — as real providers mint them (RFC 9068) — a subject equal to its client_id). The prefixes keep the two namespaces apart: a client whose id equals a user's subject is
  * another principal, with its own handles and its own challenge bucket. A `sub` that is present but
  * not a non-empty string is a malformed token (refused), never a reason to fall back to the client id.
  */
 function principalOf(payload: JWTPayload): string | undefined {
-  if (payload.sub !== undefined) return typeof payload.sub === 'string' && payload.sub !== '' ? `sub:${payload.sub}` : undefined;
-  const clientId = payload.client_id;
-  if (typeof clientId === 'string' && clientId !== '') return `client:${clientId}`;
-  return undefined;
+  const clientId = typeof payload.client_id === 'string' && payload.client_id !== '' ? payload.client_id : undefined;
+  if (payload.sub !== undefined) {
+    if (typeof payload.sub !== 'string' || payload.sub === '') return undefined;
+    // RFC 9068 §2.2: a client-credentials token's subject is the client itself (sub = client_id).
+    return payload.sub === clientId ? `client:${clientId}` : `sub:${payload.sub}`;
+  }
+  return clientId === undefined ? undefined : `client:${clientId}`;
 }
 
 /** `scope` (RFC 9068, space-separated) and `scp` (array, or a string in some IdPs), merged. */

@@ -107,6 +107,9 @@ const storeSchema = z
         keyPrefix: z.string().default('tollbooth:'),
       })
       .optional(),
+    // SPEC §21: where records whose money already moved (x402 settlements) wait while the store is down.
+    // Absent or "" = the OS state dir ($XDG_STATE_HOME or ~/.local/state)/tollbooth/outbox (store/outbox-file.ts).
+    outboxDir: z.string().optional(),
   })
   .superRefine((value, ctx) => {
     if (value.type !== 'redis') return;

@@ -18,6 +18,7 @@ import type { Tracing } from '../observability/tracing.js';
 import type { PaymentProvider } from '../payments/provider.js';
 import type { Settler } from '../payments/settle.js';
 import type { DeadlineQueue } from '../proxy/deadlines.js';
+import type { PricedRequests } from '../proxy/priced-requests.js';
 import type { X402Rail } from '../payments/x402/rail.js';
 import { Paywall } from '../paywall/decide.js';
 import { X402Calls } from '../paywall/x402-calls.js';
@@ -36,6 +37,8 @@ export interface EndpointDeps {
   now: () => number;
   /** The gateway's one deadline queue (server.ts), shared by its endpoints. */
   deadlines: DeadlineQueue;
+  /** The process's priced-request registry (gateway/memory.ts), shared by its endpoints and generations. */
+  registry: PricedRequests;
   tracing: Tracing | null;
   x402Rail: X402Rail | null;
   openStreams: Set<ServerResponse>;
@@ -101,6 +104,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     logger: deps.logger,
     now,
     deadlines: deps.deadlines,
+    registry: deps.registry,
     openStreams: deps.openStreams,
     tracing: deps.tracing,
   });

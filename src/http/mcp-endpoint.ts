@@ -26,7 +26,7 @@ import { CallDispatcher } from '../proxy/dispatcher.js';
 import { relayFreeReply } from '../proxy/free-reply.js';
 import { normaliseUpstreamHeaders, toClientHeaders, toUpstreamHeaders, type HeaderMap } from '../proxy/headers.js';
 import type { PricedCallDeps } from '../proxy/priced-call.js';
-import { PricedRequests } from '../proxy/priced-requests.js';
+import type { PricedRequests } from '../proxy/priced-requests.js';
 import { ProxyRecorder } from '../proxy/recorder.js';
 import { discard } from '../io/body.js';
 import { parseJsonOrUndefined } from '../io/json.js';
@@ -57,6 +57,8 @@ export interface McpEndpointDeps extends PolicyInputs {
   now: () => number;
   /** The gateway's deadline queue (one per gateway, closed with it). */
   deadlines: DeadlineQueue;
+  /** The process's priced-request registry (SPEC §6.5, §21): outlives this endpoint's config generation. */
+  registry: PricedRequests;
   /** Long-lived GET streams, ended at shutdown (they never finish on their own). */
   openStreams: Set<ServerResponse>;
   /** null when tracing is off: no span is ever built. */
@@ -69,7 +71,7 @@ const CLIENT_GONE = new UpstreamAbort('client_gone');
 export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpointDeps): Promise<void> {
   const upstreamHeaders = normaliseUpstreamHeaders(deps.upstreamHeaders);
   const recorder = new ProxyRecorder({ metrics: deps.metrics, logger: deps.logger, now: deps.now, server: deps.server });
-  const registry = new PricedRequests({ store: deps.store, now: deps.now });
+  const registry = deps.registry;
   const screen = new ResponseScreen({ registry, paywall: deps.paywall, logger: deps.logger });
   const pricedDeps: PricedCallDeps = {
     paywall: deps.paywall,

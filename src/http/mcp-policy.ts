@@ -82,10 +82,10 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   const shown = hidden.length === 0 ? classified.toolCalls : classified.toolCalls.filter((toolCall) => !hidden.includes(toolCall));
   const principal = await authenticate(deps, request, shown.map((c) => c.name));
   await requireSessionOwner(deps, request, principal);
-  // 4. A request in a legacy session may not reuse the id of a paid call this replica forwarded in it:
-  // the upstream would route that call's result to it (SPEC §6.5).
+  // 4. A request in a legacy session may not reuse the id of a paid call forwarded in it (by any replica,
+  // under any config generation): the upstream would route that call's result to it (SPEC §6.5, §21).
   const sessionId = classified.era === 'legacy' ? sessionOf(request) : undefined;
-  if (sessionId !== undefined) refuseReusedIds(deps.registry, sessionId, classified.messages);
+  if (sessionId !== undefined) await refuseReusedIds(deps.registry, sessionId, classified.messages, deps.anyPriced);
   // 5. Route by what the body holds. A call to a hidden tool is answered as for an unknown tool (§18).
   const hiddenCall = hidden[0];
   if (hiddenCall !== undefined && !classified.batch) return void sendRpcError(reply, unknownTool(hiddenCall), hiddenCall.request.id ?? null);
@@ -281,12 +281,12 @@ function unknownTool(toolCall: ToolCall): GatewayError {
   return new GatewayError('TB_ERR_INVALID_PARAMS', unknownToolMessage(toolCall.name));
 }
 
-function refuseReusedIds(registry: PricedRequests, sessionId: string, messages: JsonRpcMessage[]): void {
-  for (const message of messages) {
-    if (message.id === undefined || message.id === null || !('method' in message)) continue;
-    if (registry.reusesPricedId(sessionId, message.id)) {
-      throw new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: this request id was already used by a paid call in this session; use a new id');
-    }
+async function refuseReusedIds(registry: PricedRequests, sessionId: string, messages: JsonRpcMessage[], shared: boolean): Promise<void> {
+  const ids: JsonRpcId[] = [];
+  for (const message of messages) if (message.id !== undefined && message.id !== null && 'method' in message) ids.push(message.id);
+  if (ids.length === 0) return;
+  if ((await registry.reusedId(sessionId, ids, shared)) !== undefined) {
+    throw new GatewayError('TB_ERR_INVALID_REQUEST', 'Invalid Request: this request id was already used by a paid call in this session; use a new id');
   }
 }
 

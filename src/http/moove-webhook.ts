@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import { sendErrorReply } from '../io/error-reply.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
+import type { Metrics } from '../observability/metrics.js';
 import { MOOVE_WEBHOOK_BODY_LIMIT, MOOVE_WEBHOOK_PATH, verifyMooveWebhook } from '../payments/webhook.js';
 
 export interface MooveWebhookRouteOptions {
@@ -18,6 +19,8 @@ export interface MooveWebhookRouteOptions {
    */
   claimEvent?: (eventId: string) => Promise<boolean>;
   logger: Logger;
+  /** Counts each trigger when it concludes, so a test or an operator can tell when none is still running. */
+  metrics?: Pick<Metrics, 'webhookTriggers' | 'webhookTriggersRunning'>;
   clock?: () => number;
   /** How long app.close() waits for triggers still running (default 5 s). */
   drainTimeoutMs?: number;
@@ -31,6 +34,7 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
   const clock = options.clock ?? Date.now;
   const logger = options.logger;
   const running = new Set<Promise<void>>();
+  const concluded = (outcome: 'handled' | 'replay' | 'failed'): void => options.metrics?.webhookTriggers.inc({ provider: 'moove', outcome });
 
   const trigger = (linkId: string, eventId: string | null): void => {
     const task = new Promise<void>((resolve) => setImmediate(resolve))
@@ -38,15 +42,22 @@ export function registerMooveWebhookRoute(app: FastifyInstance, options: MooveWe
         // A replay (the same signed delivery again) is acknowledged like any other and triggers nothing.
         if (eventId !== null && options.claimEvent && !(await options.claimEvent(eventId))) {
           logger.info({ evt: 'webhook', provider: 'moove', replay: true }, 'a Moove webhook event already processed was delivered again; nothing to do');
+          concluded('replay');
           return;
         }
         await options.onLink(linkId);
+        concluded('handled');
       })
       .catch((error: unknown) => {
         logger.warn({ evt: 'webhook', provider: 'moove', err: describeFailure(error, linkId) }, 'handling a Moove webhook failed; the reconciler will pick the charge up');
+        concluded('failed');
       })
-      .finally(() => running.delete(task));
+      .finally(() => {
+        running.delete(task);
+        options.metrics?.webhookTriggersRunning.dec({ provider: 'moove' });
+      });
     running.add(task);
+    options.metrics?.webhookTriggersRunning.inc({ provider: 'moove' });
   };
 
   void app.register(async (scope) => {

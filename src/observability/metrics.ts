@@ -49,10 +49,16 @@ export interface Metrics {
   /** Set to the unix time (seconds) at the end of every reconciler pass this replica ran. */
   reconcilerLastRun: client.Gauge;
   x402Payments: client.Counter<'sku' | 'result'>;
+  /** One per signed webhook delivery once its after-response work ends: `handled`, `replay` or `failed`. */
+  webhookTriggers: client.Counter<'provider' | 'outcome'>;
+  /** Triggers started (before the 2xx is sent) and not yet concluded: 0 means every acknowledged delivery's work is done. */
+  webhookTriggersRunning: client.Gauge<'provider'>;
   /** SIGHUP reloads (SPEC §18), by result; the start is not one. */
   configReloads: client.Counter<'result'>;
   /** 1 for the sha256 prefix of the effective config this process runs (one series at a time). */
   configInfo: client.Gauge<'sha'>;
+  /** SPEC §21: payment records waiting in this process's outbox file for the store (store/outbox.ts). */
+  outboxPending: client.Gauge;
 }
 
 export type ReloadResult = 'success' | 'invalid' | 'refused';
@@ -98,8 +104,11 @@ export function createMetrics(countPending: () => Promise<number>): Metrics {
     authFailures: new client.Counter({ name: 'tollbooth_auth_failures_total', help: 'Requests refused by the OAuth resource server, by reason.', labelNames: ['reason'], registers }),
     storeUp,
     reconcilerLastRun: new client.Gauge({ name: 'tollbooth_reconciler_last_run_timestamp_seconds', help: 'Unix time of the last reconciler pass this replica completed (only the lease holder runs it).', registers }),
+    webhookTriggers: new client.Counter({ name: 'tollbooth_webhook_triggers_total', help: 'Signed payment webhooks whose after-response work has ended, by outcome (handled, replay, failed).', labelNames: ['provider', 'outcome'], registers }),
+    webhookTriggersRunning: new client.Gauge({ name: 'tollbooth_webhook_triggers_running', help: 'Signed payment webhooks acknowledged whose after-response work is still running.', labelNames: ['provider'], registers }),
     x402Payments: new client.Counter({ name: 'tollbooth_x402_payments_total', help: 'x402 payments on priced calls, by SKU and step reached (verified, invalid, replayed, unavailable, settled, settle_failed, not_settled).', labelNames: ['sku', 'result'], registers }),
     configReloads: new client.Counter({ name: 'tollbooth_config_reloads_total', help: 'Config reloads on SIGHUP, by result (success, invalid, refused).', labelNames: ['result'], registers }),
     configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
+    outboxPending: new client.Gauge({ name: 'tollbooth_outbox_pending', help: 'Payment records (x402 settlements) waiting in this process\'s outbox file because the store could not take them.', registers }),
   };
 }

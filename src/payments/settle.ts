@@ -131,13 +131,28 @@ export class Settler {
       throw error;
     }
     if (reading.status === 'completed') return this.apply(charge, reading);
-    return (await this.#afterUnpaidReading(charge, at, reading.status === 'expired', false)) ?? (reading.status === 'active' ? 'still_pending' : 'expired');
+    const observation = (await this.#afterUnpaidReading(charge, at, reading.status === 'expired', false)) ?? (reading.status === 'active' ? 'still_pending' : 'expired');
+    await this.#markRead(charge, at);
+    return observation;
+  }
+
+  /**
+   * Tells waiting retries on other replicas that this slot's read is done (still unpaid). Best effort:
+   * if the write is lost they wait for the floor, as they would without it.
+   */
+  async #markRead(charge: ChargeRecord, polledAt: number): Promise<void> {
+    try {
+      await this.#deps.store.markChargeRead(charge.handleHash, charge.nonce, polledAt);
+    } catch (error) {
+      this.#deps.logger.debug({ evt: 'charge_read_unmarked', code: (error as { code?: string }).code }, 'the end of a provider read could not be recorded; retries wait for the poll floor instead');
+    }
   }
 
   /**
    * Another replica holds the poll slot: watch the charge in the store until that read has changed it
-   * (claimed or abandoned) or the slot's floor has passed (at most POLL_FLOOR_MS of real time), then
-   * take one more look ourselves if the slot is free again.
+   * (claimed or abandoned), has ended with the link still unpaid (lastReadAt: answered at once, no
+   * second read inside the floor), or the slot's floor has passed (at most POLL_FLOOR_MS of real time),
+   * then take one more look ourselves if the slot is free again.
    */
   async #awaitOtherRead(charge: ChargeRecord): Promise<Observation> {
     const { store, clock } = this.#deps;
@@ -145,7 +160,7 @@ export class Settler {
     const first = await store.getCharge(charge.handleHash, charge.nonce);
     const waitMs = Math.min(POLL_FLOOR_MS, Math.max(0, (first?.lastPolledAt ?? 0) + POLL_FLOOR_MS - clock.now()));
     let current = first;
-    while (current && current.status === charge.status && clock.monotonic() - started < waitMs) {
+    while (current && current.status === charge.status && !readDone(current) && clock.monotonic() - started < waitMs) {
       await sleep(clock, WAIT_POLL_MS);
       current = await store.getCharge(charge.handleHash, charge.nonce);
     }
@@ -153,6 +168,7 @@ export class Settler {
     if (current.status === 'settled') return 'already_settled';
     if (current.status === 'underpaid') return 'underpaid';
     if (current.status !== charge.status) return current.status === 'abandoned' ? 'abandoned' : 'skipped';
+    if (readDone(current)) return 'still_pending';
     return current.providerRef ? this.#observeOnce(current, current.providerRef, false) : 'skipped';
   }
 
@@ -197,6 +213,11 @@ export class Settler {
     metrics.settlements.inc({ sku: charge.sku, result: 'expired' });
     return 'abandoned';
   }
+}
+
+/** The read that took the charge's current poll slot has ended with a reading (markChargeRead). */
+function readDone(charge: ChargeRecord): boolean {
+  return charge.lastReadAt !== undefined && charge.lastReadAt >= charge.lastPolledAt;
 }
 
 /** What an observer that joined another's read in this process answers: a grant is someone else's. */

@@ -3,8 +3,9 @@
 // paid path's profile (bench/RESULTS.md, optimisation log). Every priced call has the same budget
 // (upstream.callDeadline), so deadlines arrive nearly in order: they are kept sorted (inserted from
 // the tail, usually in one step) and one timer, armed for the earliest, expires whatever is due.
-// One queue per gateway (built in server.ts from the gateway's clock, closed with it), so a gateway
-// closing or a test clock moving time never touches another gateway's calls.
+// One queue per process (gateway/memory.ts, built in start.ts and closed at shutdown), shared by every
+// gateway a reload builds, so a call the replaced gateway left pending is still released at its deadline;
+// a gateway built alone (tests) has its own on its own clock, closed with it.
 import { systemClock, type Clock, type ClockTimer } from '../clock.js';
 
 interface Entry {

@@ -1,9 +1,11 @@
 // The priced-request registry on the request path (SPEC §6.5; docs/decisions.md "A released call's late
-// result"). A forwarded priced request that carries an upstream session is recorded in the store by
-// (session, JSON-RPC id) — the store's copy is what other replicas read when a response to it turns up
-// on a stream that is not its own — and in a bounded in-process log, which answers two questions
-// without a store round trip: "does this request reuse the id of a paid call this replica forwarded?"
-// (refused: the upstream would route that call's result to it) and, once concluded, "how did it end?".
+// result", "Reload memory"). A forwarded priced request that carries an upstream session is recorded in
+// the store by (session, JSON-RPC id) — the store's copy is what other replicas read, both when a
+// response to it turns up on a stream that is not its own and when a request reuses its id — and in a
+// bounded in-process log, which answers "does this request reuse the id of a paid call this process
+// forwarded?" without a store round trip, from the moment the call is forwarded (before its store write
+// lands). One registry serves the whole process (start.ts builds it once), so a config reload, which
+// builds a new gateway, never forgets what the previous one forwarded.
 import { createHash } from 'node:crypto';
 import type { JsonRpcId } from '../mcp/jsonrpc.js';
 import type { PricedRequestKey, PricedRequestRecord, PricedRequestState, Store } from '../store/store.js';
@@ -35,11 +37,30 @@ export class PricedRequests {
     return { session: createHash('sha256').update(sessionId).digest('base64url'), requestId: idKey(id) };
   }
 
-  /** True when this replica forwarded a priced request with this id in this session and it is in flight or was released. Map look-ups only. */
+  /** True when this process forwarded a priced request with this id in this session and it is in flight or was released. Map look-ups only. */
   reusesPricedId(sessionId: string, id: JsonRpcId): boolean {
     if (this.#local.size === 0) return false;
     const state = this.#liveSession(sessionId)?.requests.get(id);
     return state === 'in_flight' || state === 'released';
+  }
+
+  /**
+   * The first of `ids` that reuses, in this session, the id of a paid call in flight or released — by this
+   * process (no I/O) or by any replica (the store; `shared` false skips it: an endpoint that prices no tool
+   * never registers one). A store that cannot answer leaves the in-process answer: free requests keep
+   * working while the store is down (SPEC §8), and a priced one is refused by its reservation anyway.
+   */
+  async reusedId(sessionId: string, ids: readonly JsonRpcId[], shared: boolean): Promise<JsonRpcId | undefined> {
+    const local = ids.find((id) => this.reusesPricedId(sessionId, id));
+    if (local !== undefined || !shared || ids.length === 0) return local;
+    let records: (PricedRequestRecord | null)[];
+    try {
+      records = await Promise.all(ids.map((id) => this.#store.getPricedRequest(this.key(sessionId, id))));
+    } catch {
+      return undefined;
+    }
+    const index = records.findIndex((record) => record !== null && (record.state === 'in_flight' || record.state === 'released'));
+    return index === -1 ? undefined : ids[index];
   }
 
   /** Records a forwarded priced request: in process at once, in the store by the returned promise (awaited before any of its reply reaches the client). */

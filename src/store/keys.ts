@@ -144,6 +144,11 @@ export class KeySpace {
   paymentNonce(key: { network: string; asset: string; payer: string; nonce: string }): string {
     return `${this.prefix}{x402:${key.payer.toLowerCase()}}:nonce:${key.network.toLowerCase()}:${key.asset.toLowerCase()}:${key.nonce.toLowerCase()}`;
   }
+
+  /** String: this authorization's x402_settle entry is written (the outbox's idempotency marker), under the payer's tag. */
+  paymentSettled(key: { network: string; asset: string; payer: string; nonce: string }): string {
+    return `${this.prefix}{x402:${key.payer.toLowerCase()}}:settled:${key.network.toLowerCase()}:${key.asset.toLowerCase()}:${key.nonce.toLowerCase()}`;
+  }
 }
 
 /** The tag value of a key: "{h:abc}:ledger" → "abc" for tag "h" (the prefix holds no brace). */

@@ -26,7 +26,7 @@ import {
   type TokenBucket,
 } from './policy.js';
 import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
-  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
 const SWEEP_INTERVAL_MS = 60_000;
@@ -269,6 +269,11 @@ export class MemoryStore implements Store {
     charge.pollCount++;
     charge.nextPollAt = nextPollAt;
     return true;
+  }
+
+  async markChargeRead(handleHash: string, nonce: string, polledAt: number): Promise<void> {
+    const charge = this.charges.get(scopedKey(handleHash, nonce));
+    if (charge && charge.lastPolledAt === polledAt) charge.lastReadAt = polledAt;
   }
 
   /**
@@ -584,6 +589,22 @@ export class MemoryStore implements Store {
     return true;
   }
 
+  private readonly settledPayments = new Map<string, number>();
+
+  async recordX402Settlement(record: X402SettlementRecord): Promise<boolean> {
+    const id = paymentNonceId(record);
+    const now = this.clock();
+    const markedUntil = this.settledPayments.get(id);
+    if (markedUntil !== undefined && markedUntil > now) return false;
+    const outcome = { state: 'settled' as const, transaction: record.transaction, at: record.at };
+    this.settledPayments.set(id, now + this.ledgerRetentionMs);
+    const claim = this.livePaymentNonce(id, now);
+    if (claim?.state === 'settled') return false;
+    if (claim) Object.assign(claim, { state: 'settled', transaction: record.transaction, finishedAt: record.at });
+    this.appendPaymentEntry({ ...record, expiresAt: 0, claimedAt: record.at, state: 'settled', finishedAt: record.at }, outcome);
+    return true;
+  }
+
   async getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null> {
     const record = this.livePaymentNonce(paymentNonceId(key), this.clock());
     return record ? { ...record } : null;
@@ -601,6 +622,7 @@ export class MemoryStore implements Store {
     if (now < this.nextPaymentNonceSweepAt) return;
     this.nextPaymentNonceSweepAt = now + SWEEP_INTERVAL_MS;
     for (const [key, record] of this.paymentNonces) if (record.expiresAt <= now) this.paymentNonces.delete(key);
+    for (const [key, until] of this.settledPayments) if (until <= now) this.settledPayments.delete(key);
   }
 
   // ── sessions bound to principals (SPEC §20) ──────────────────────────────────────────────────────

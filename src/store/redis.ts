@@ -28,7 +28,7 @@ import {
   newPaymentNonceRecord,
 } from './policy.js';
 import type { BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
-  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
 /** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
@@ -290,6 +290,10 @@ export class RedisStore implements Store {
       if (Number(taken) === 1 && polled && this.clustered) await this.indexAdd(this.keys.dueCharges, nextPollAt, member, Number(ends), clock, '');
       return Number(taken) === 1;
     });
+  }
+
+  async markChargeRead(handleHash: string, nonce: string, polledAt: number): Promise<void> {
+    await this.call('markChargeRead', () => this.run('tbMarkChargeRead', [this.keys.handle(handleHash).charges], [nonce, polledAt, this.now()]));
   }
 
   async claimSettlement(claim: SettlementClaim): Promise<ClaimResult> {
@@ -580,6 +584,12 @@ export class RedisStore implements Store {
     const keys = [this.keys.paymentNonce(key), this.keys.paymentLedger(key.payer)];
     const reply = await this.call('finishPaymentNonce', () => this.run('tbFinishPaymentNonce', keys, [outcome.state, outcome.transaction ?? '', outcome.at, this.ledgerRetentionMs]));
     return Number(reply) === 1;
+  }
+
+  async recordX402Settlement(record: X402SettlementRecord): Promise<boolean> {
+    const keys = [this.keys.paymentNonce(record), this.keys.paymentLedger(record.payer), this.keys.paymentSettled(record)];
+    const args = [record.nonce, record.tool, record.amount, record.network, record.asset, record.payer, record.sku, record.transaction, record.at, this.ledgerRetentionMs];
+    return Number(await this.call('recordX402Settlement', () => this.run('tbRecordX402Settlement', keys, args))) === 1;
   }
 
   async getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null> {

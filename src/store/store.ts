@@ -20,6 +20,12 @@ export interface ChargeRecord {
   openedAt: number; // epoch ms
   expiresAt: number; // epoch ms: the link's end of life
   lastPolledAt: number; // epoch ms, 0 = never
+  /**
+   * The `lastPolledAt` of the latest poll whose provider read ended with a reading (markChargeRead):
+   * equal to lastPolledAt once the read that took the current slot is done, so a retry waiting for
+   * it answers at once. Absent until a read ends; a read that failed never sets it.
+   */
+  lastReadAt?: number;
   nextPollAt: number; // epoch ms: when the reconciler should look next
   pollCount: number;
   grantedCredits: number; // set by claimSettlement
@@ -131,6 +137,12 @@ export interface Store {
   findChargeByRef(providerRef: string): Promise<ChargeRecord | null>;
   /** True (and records the poll) if nobody polled this charge in the last minIntervalMs; schedules the next reconciler poll. */
   takePollSlot(handleHash: string, nonce: string, now: number, minIntervalMs: number, nextPollAt: number): Promise<boolean>;
+  /**
+   * The read that took the poll slot at `polledAt` ended with a reading: sets lastReadAt, unless a newer
+   * poll took the slot meanwhile (its read is not done). Not a money write: a lost one only makes a
+   * retry wait as before (Settler#awaitOtherRead).
+   */
+  markChargeRead(handleHash: string, nonce: string, polledAt: number): Promise<void>;
   /** §7.5 exactly once: claim + grant + status change + the `grant` ledger entry in one atomic step. */
   claimSettlement(claim: SettlementClaim): Promise<ClaimResult>;
   /**
@@ -207,6 +219,13 @@ export interface Store {
    */
   finishPaymentNonce(key: PaymentNonceKey, outcome: PaymentNonceOutcome): Promise<boolean>;
   getPaymentNonce(key: PaymentNonceKey): Promise<PaymentNonceRecord | null>;
+  /**
+   * SPEC §21, through the durable outbox (store/outbox.ts): the `x402_settle` entry of one settled call,
+   * idempotent by its authorization (a second write, from any replica or a restarted process, is a
+   * no-op), whether or not the claim record is still there; a claim still 'claimed' becomes 'settled'.
+   * True when this call wrote the entry.
+   */
+  recordX402Settlement(record: X402SettlementRecord): Promise<boolean>;
 
   // ── sessions bound to principals (SPEC §20) ─────────────────────────────────────────────────────
   /**
@@ -345,6 +364,15 @@ export interface PaymentNonceRecord extends PaymentNonceClaim {
   state: PaymentNonceState;
   transaction: string | null;
   finishedAt: number | null;
+}
+
+/** A settled x402 call as the outbox holds it: everything its ledger entry needs, nothing secret. */
+export interface X402SettlementRecord extends PaymentNonceKey {
+  sku: string;
+  tool: string;
+  amount: string; // atomic units
+  transaction: string;
+  at: number; // epoch ms: when the facilitator settled it
 }
 
 // ── priced-request registry (SPEC §6.5) ───────────────────────────────────────────────────────────

@@ -1,11 +1,16 @@
-// The OAuth resource server against a real JWKS served over HTTP (test/helpers/jwks-issuer.ts).
-// The first four tests are the refusals SPEC §9 demands from a bare client; the rest pin down how
-// tokens are verified, which scopes are needed, and the verified-token cache.
+// The OAuth resource server against a real JWKS served over HTTP. The refusals SPEC §9 demands from a
+// bare client, the principals and scopes of real tokens, and key rotation use a real OpenID Provider
+// (oidc-provider, test/helpers/oidc-issuer.ts). The rest pin down how tokens are verified, which scopes
+// are needed, and the verified-token cache, with claims and keys no real provider produces (alg none,
+// HMAC, foreign keys, no exp, no sub, odd scp shapes, no kid): those come from the hand-written
+// test/helpers/jwks-issuer.ts.
 import t from 'tap';
 import { configSchema, type GatewayConfig } from '../../src/config/schema.js';
 import { createResourceServer, type AuthOutcome, type ResourceServer } from '../../src/auth/resource-server.js';
 import { createMetrics } from '../../src/observability/metrics.js';
+import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { startTestIssuer, type TestIssuer } from '../helpers/jwks-issuer.js';
+import { startOidcIssuer, type OidcIssuer } from '../helpers/oidc-issuer.js';
 
 const PUBLIC_URL = 'https://gw.example.test/mcp';
 const PRM = 'https://gw.example.test/.well-known/oauth-protected-resource/mcp';
@@ -28,8 +33,19 @@ function travel(t: Tap, ms: number): void {
 
 const shared = await startTestIssuer();
 t.teardown(() => shared.close());
+const provider = await startOidcIssuer();
+t.teardown(() => provider.close());
 
-function authConfig(issuer: TestIssuer, auth: Record<string, unknown> = {}): GatewayConfig['auth'] {
+/** What a resource server trusts: an issuer and its JWKS URL. */
+interface Trust {
+  issuer: string;
+  jwksUrl: string;
+}
+const trustProvider = (issuer: OidcIssuer): Trust => ({ issuer: issuer.issuer, jwksUrl: issuer.jwksUri });
+/** A user's token from the real provider (authorization code with PKCE). */
+const userToken = (sub: string, scope = 'mcp:use', resource = PUBLIC_URL, issuer: OidcIssuer = provider) => issuer.tokenFor({ clientId: 'mcp-client', sub, scope, resource });
+
+function authConfig(issuer: Trust, auth: Record<string, unknown> = {}): GatewayConfig['auth'] {
   return configSchema.parse({
     server: { publicUrl: PUBLIC_URL },
     upstream: { url: 'http://127.0.0.1:1/mcp' },
@@ -37,7 +53,7 @@ function authConfig(issuer: TestIssuer, auth: Record<string, unknown> = {}): Gat
   }).auth;
 }
 
-function server(t: Tap, issuer: TestIssuer = shared, auth: Record<string, unknown> = {}, metrics?: ReturnType<typeof createMetrics>): ResourceServer {
+function server(t: Tap, issuer: Trust = shared, auth: Record<string, unknown> = {}, metrics?: ReturnType<typeof createMetrics>): ResourceServer {
   const rs = createResourceServer(authConfig(issuer, auth), { publicUrl: PUBLIC_URL, mcpPath: '/mcp', ...(metrics ? { metrics } : {}) });
   t.teardown(() => rs.close());
   return rs;
@@ -74,22 +90,36 @@ t.test('no token: 401 pointing at the protected resource metadata, no error code
 });
 
 t.test('expired token: 401 invalid_token', async (t) => {
-  const token = await shared.mint({ sub: 'alice', aud: PUBLIC_URL, now: nowSeconds() - 600, expSeconds: 300 });
-  invalidToken(t, await server(t).authenticate(bearer(token), {}), 'expired');
+  const token = await userToken('alice');
+  const rs = server(t, trustProvider(provider));
+  t.equal((await rs.authenticate(bearer(token), {})).ok, true, 'accepted while fresh (control)');
+  travel(t, (decodeJwt(token).exp as number) * 1000 + 31_000 - Date.now());
+  invalidToken(t, await rs.authenticate(bearer(token), {}), 'expired');
 });
 
-t.test('token minted for another audience: 401 invalid_token although the signature verifies', async (t) => {
-  const token = await shared.mint({ sub: 'alice', aud: 'https://analytics.example.test/mcp', scope: 'mcp:use' });
-  invalidToken(t, await server(t).authenticate(bearer(token), {}), 'wrong_audience');
+t.test('token issued for another audience: 401 invalid_token although the signature verifies', async (t) => {
+  const token = await userToken('alice', 'mcp:use', 'https://analytics.example.test/mcp');
+  invalidToken(t, await server(t, trustProvider(provider)).authenticate(bearer(token), {}), 'wrong_audience');
 });
 
 t.test('valid token without the needed scope: 403 insufficient_scope naming every scope the request needs', async (t) => {
-  const rs = server(t, shared, { requiredScopes: ['mcp:use'], toolScopes: { delete_file: ['files:write'] } });
-  const token = await shared.mint({ sub: 'alice', aud: PUBLIC_URL, scope: 'mcp:use files:read' });
+  const rs = server(t, trustProvider(provider), { requiredScopes: ['mcp:use'], toolScopes: { delete_file: ['files:write'] } });
+  const token = await userToken('alice', 'mcp:use files:read');
   const outcome = refused(await rs.authenticate(bearer(token), { tools: ['delete_file'] }));
   t.equal(outcome.status, 403);
   t.equal(outcome.reason, 'insufficient_scope');
   t.equal(outcome.wwwAuthenticate, `Bearer error="insufficient_scope", scope="mcp:use files:write", resource_metadata="${PRM}"`);
+});
+
+// --- the real provider's tokens ---
+
+t.test("a real provider's tokens: authorization code is sub:<user>, client credentials (sub = client_id) client:<client_id>, scopes from its scope claim", async (t) => {
+  const rs = server(t, trustProvider(provider));
+  const user = await userToken('alice', 'mcp:use files:write');
+  t.same(await rs.authenticate(bearer(user), {}), { ok: true, principal: 'sub:alice', scopes: new Set(['mcp:use', 'files:write']) }, 'authorization code with PKCE');
+  const service = await provider.tokenFor({ clientId: 'reporting-service', scope: 'mcp:use', resource: PUBLIC_URL });
+  t.match(decodeJwt(service), { sub: 'reporting-service', client_id: 'reporting-service' }, 'oidc-provider writes the client id as sub (RFC 9068 §2.2)');
+  t.same(await rs.authenticate(bearer(service), {}), { ok: true, principal: 'client:reporting-service', scopes: new Set(['mcp:use']) }, 'client credentials');
 });
 
 // --- signature and algorithm ---
@@ -146,23 +176,26 @@ t.test('a token without exp is refused', async (t) => {
 // --- JWKS fetching ---
 
 t.test('unknown kid: one refetch after the cooldown finds the rotated key; another unknown kid within 30 s does not refetch', async (t) => {
-  const issuer = await freshIssuer(t);
-  const rs = server(t, issuer);
-  t.equal((await rs.authenticate(bearer(await issuer.mint({ sub: 'alice', aud: PUBLIC_URL })), {})).ok, true);
+  const issuer = await startOidcIssuer();
+  t.teardown(() => issuer.close());
+  const rs = server(t, trustProvider(issuer));
+  const first = await userToken('alice', 'mcp:use', PUBLIC_URL, issuer);
+  t.equal((await rs.authenticate(bearer(first), {})).ok, true);
   t.equal(issuer.jwksFetches, 1, 'first use fetches the JWKS');
 
-  await issuer.rotate();
-  const rotated = await issuer.mint({ sub: 'bob', aud: PUBLIC_URL });
+  await issuer.rotateKeys();
+  const rotated = await userToken('bob', 'mcp:use', PUBLIC_URL, issuer);
+  t.not(decodeProtectedHeader(rotated).kid, decodeProtectedHeader(first).kid, 'the provider signs with its new key');
   invalidToken(t, await rs.authenticate(bearer(rotated), {}), 'invalid_token');
   t.equal(issuer.jwksFetches, 1, 'an unknown kid right after a fetch does not refetch');
 
   travel(t, 31_000);
-  const later = await issuer.mint({ sub: 'bob', aud: PUBLIC_URL });
-  const outcome = await rs.authenticate(bearer(later), {});
+  const outcome = await rs.authenticate(bearer(rotated), {});
   t.equal(outcome.ok && outcome.principal, 'sub:bob', 'the rotated key verifies after one refetch');
   t.equal(issuer.jwksFetches, 2);
 
-  const unknown = await issuer.mint({ foreignKey: true, kid: 'never-published', sub: 'mallory', aud: PUBLIC_URL });
+  // A key no provider ever published: hand-written (the real provider signs only with its own keys).
+  const unknown = await shared.mint({ iss: issuer.issuer, foreignKey: true, kid: 'never-published', sub: 'mallory', aud: PUBLIC_URL });
   invalidToken(t, await rs.authenticate(bearer(unknown), {}), 'invalid_token');
   invalidToken(t, await rs.authenticate(bearer(unknown), {}), 'invalid_token');
   t.equal(issuer.jwksFetches, 2, 'a second unknown kid within 30 s does not refetch');

@@ -1,27 +1,35 @@
 // SPEC §20, sessions bound to principals (auth.mode oauth): a legacy MCP session belongs to the principal
 // whose request created it. Another principal holding its Mcp-Session-Id gets 404 — on POST, GET, GET
-// with Last-Event-ID and DELETE — and nothing reaches the upstream; the owner keeps working. Tokens from
-// a real issuer (test/helpers/jwks-issuer.ts), a real SDK upstream with an event store, and two gateway
-// processes on one Redis (needs a built dist/: `npm run build`).
+// with Last-Event-ID and DELETE — and nothing reaches the upstream; the owner keeps working. Access
+// tokens from a real OpenID Provider (oidc-provider, test/helpers/oidc-issuer.ts: users by authorization
+// code with PKCE, services by client credentials), a real SDK upstream with an event store, and two
+// gateway processes on one Redis (needs a built dist/: `npm run build`). A token with a client_id and no
+// `sub` (the shape the gateway's `client:` rule is for) is one RFC 9068 forbids and oidc-provider never
+// issues, so that one comes from the hand-written test/helpers/jwks-issuer.ts.
 import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
 import type { ConfigInput } from '../../src/config/schema.js';
 import { freePort, startTestGateway, testConfig } from '../helpers/gateway.js';
 import { redisGatewayConfig, startGatewayProcess } from '../helpers/gateway-process.js';
-import { startTestIssuer } from '../helpers/jwks-issuer.js';
+import { startTestIssuer, type TestIssuer } from '../helpers/jwks-issuer.js';
+import { startOidcIssuer, type OidcIssuer } from '../helpers/oidc-issuer.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { startScriptedUpstream } from '../helpers/scripted-upstream.js';
 
 const LEGACY = '2025-11-25';
-const issuer = await startTestIssuer();
+const issuer = await startOidcIssuer();
 t.teardown(() => issuer.close());
 
-function oauth(): ConfigInput['auth'] {
-  return { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'] };
+function oauth(from: OidcIssuer | TestIssuer = issuer): ConfigInput['auth'] {
+  const jwksUrl = 'jwksUri' in from ? from.jwksUri : from.jwksUrl;
+  return { mode: 'oauth', issuer: from.issuer, jwksUrl, authorizationServers: [from.issuer], requiredScopes: ['mcp:use'] };
 }
 
-const tokenFor = (publicUrl: string, claims: { sub?: string; client_id?: string }) => issuer.mint({ ...claims, aud: publicUrl, scope: 'mcp:use' });
+/** A user's token: authorization code with PKCE through the MCP client app, signed in as `sub`. */
+const userToken = (publicUrl: string, sub: string) => issuer.tokenFor({ clientId: 'mcp-client', sub, scope: 'mcp:use', resource: publicUrl });
+/** A service's token: client credentials of `clientId`. */
+const serviceToken = (publicUrl: string, clientId: string) => issuer.tokenFor({ clientId, scope: 'mcp:use', resource: publicUrl });
 
 interface Answer {
   status: number;
@@ -79,7 +87,7 @@ async function assertLockedOut(t: Test, url: string, token: string, sessionId: s
   for (const [what, options] of attempts) {
     const answer = await exchange(url, token, options);
     t.equal(answer.status, 404, `${who}: ${what} → 404`);
-    t.match(JSON.parse(answer.text), { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' } }, `${who}: ${what} → a JSON-RPC "Session not found"`);
+    t.match(answer.text.startsWith('{') ? JSON.parse(answer.text) : answer.text, { jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' } }, `${who}: ${what} → a JSON-RPC "Session not found"`);
     t.notOk(answer.text.includes('not yours'), `${who}: ${what} → nothing of the session`);
   }
   t.equal(upstream.requests.length, before, `${who}: nothing reached the upstream`);
@@ -103,18 +111,51 @@ t.test('one gateway: another principal on the session gets 404 on POST, GET, GET
   let publicUrl = 'http://127.0.0.1:0/mcp';
   const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: oauth() }));
   publicUrl = gateway.config.server.publicUrl;
-  const alice = await tokenFor(publicUrl, { sub: 'alice' });
+  const alice = await userToken(publicUrl, 'alice');
   const sessionId = await openSession(gateway.url, alice);
   const first = await exchange(gateway.url, alice, { body: echo(1, 'first'), sessionId });
   t.equal(first.status, 200);
   t.ok(first.eventIds.length > 0, 'the upstream gave event ids');
   const lastEventId = first.eventIds[0] as string;
 
-  await assertLockedOut(t, gateway.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user');
-  await assertLockedOut(t, gateway.url, await tokenFor(publicUrl, { client_id: 'alice' }), sessionId, lastEventId, upstream, "a client whose client_id is the owner's sub");
+  await assertLockedOut(t, gateway.url, await userToken(publicUrl, 'bob'), sessionId, lastEventId, upstream, 'another user');
+  await assertLockedOut(t, gateway.url, await serviceToken(publicUrl, 'reporting-service'), sessionId, lastEventId, upstream, 'a client-credentials client');
   t.ok(gateway.logs().some((line) => line.evt === 'session_refused' && line.reason === 'other_principal'), 'the refusals are logged');
   t.notOk(gateway.logText().includes(sessionId), 'the session id is not logged');
   await assertOwnerWorks(t, gateway.url, alice, sessionId, lastEventId);
+});
+
+t.test("a token with a client_id and no sub (principal client:<id>) cannot use the session of the user whose sub is that id", async (t) => {
+  // RFC 9068 makes `sub` required and oidc-provider always writes it, so this shape is hand-minted.
+  const handWritten = await startTestIssuer();
+  t.teardown(() => handWritten.close());
+  const upstream = await startPaidUpstream('sessions-resumable');
+  t.teardown(() => upstream.close());
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: oauth(handWritten) }));
+  publicUrl = gateway.config.server.publicUrl;
+  const alice = await handWritten.mint({ sub: 'alice', aud: publicUrl, scope: 'mcp:use' });
+  const sessionId = await openSession(gateway.url, alice);
+  const lastEventId = (await exchange(gateway.url, alice, { body: echo(1, 'first'), sessionId })).eventIds[0] as string;
+  const client = await handWritten.mint({ client_id: 'alice', aud: publicUrl, scope: 'mcp:use' });
+  await assertLockedOut(t, gateway.url, client, sessionId, lastEventId, upstream, "a client whose client_id is the owner's sub");
+  await assertOwnerWorks(t, gateway.url, alice, sessionId, lastEventId);
+});
+
+t.test("a real client-credentials token whose client_id is the owner's sub cannot use the owner's session", async (t) => {
+  const upstream = await startPaidUpstream('sessions-resumable');
+  t.teardown(() => upstream.close());
+  // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
+  let publicUrl = 'http://127.0.0.1:0/mcp';
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: oauth() }));
+  publicUrl = gateway.config.server.publicUrl;
+  const alice = await userToken(publicUrl, 'alice');
+  const sessionId = await openSession(gateway.url, alice);
+  const lastEventId = (await exchange(gateway.url, alice, { body: echo(1, 'first'), sessionId })).eventIds[0] as string;
+  // oidc-provider writes `sub: <client_id>` into a client-credentials token (RFC 9068 §2.2): the
+  // gateway makes such a token `client:alice`, another principal than the user `sub:alice`.
+  await assertLockedOut(t, gateway.url, await serviceToken(publicUrl, 'alice'), sessionId, lastEventId, upstream, "a client whose client_id is the owner's sub");
 });
 
 t.test('a session with no recorded owner (opened behind the gateway) is refused 404 to everyone, never forwarded', async (t) => {
@@ -127,7 +168,7 @@ t.test('a session with no recorded owner (opened behind the gateway) is refused 
   const direct = await exchange(upstream.url, 'unused', { body: initialize });
   t.ok(direct.sessionId, 'a session opened at the upstream directly');
   const before = upstream.requests.length;
-  const refused = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'alice' }), { body: echo(1, 'x'), sessionId: direct.sessionId as string });
+  const refused = await exchange(gateway.url, await userToken(publicUrl, 'alice'), { body: echo(1, 'x'), sessionId: direct.sessionId as string });
   t.equal(refused.status, 404);
   t.equal(upstream.requests.length, before, 'nothing forwarded');
 });
@@ -144,9 +185,9 @@ t.test('an upstream that hands one session id to two principals: the second init
   let publicUrl = 'http://127.0.0.1:0/mcp';
   const gateway = await startTestGateway(t, testConfig(upstream.url, { server: { host: '127.0.0.1', port: 0, publicUrl }, auth: oauth() }));
   publicUrl = gateway.config.server.publicUrl;
-  const first = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'alice' }), { body: initialize });
+  const first = await exchange(gateway.url, await userToken(publicUrl, 'alice'), { body: initialize });
   t.equal(first.sessionId, 'the-same-session', "the first principal gets it (and it is now the first principal's)");
-  const second = await exchange(gateway.url, await tokenFor(publicUrl, { sub: 'bob' }), { body: initialize });
+  const second = await exchange(gateway.url, await userToken(publicUrl, 'bob'), { body: initialize });
   t.equal(second.status, 502);
   t.equal(second.sessionId, null, 'no session header');
   t.match(JSON.parse(second.text), { jsonrpc: '2.0', id: 0, error: { code: -32603 } });
@@ -173,11 +214,11 @@ t.test('two gateway processes on one Redis: the binding written by one is enforc
     startGatewayProcess(t, { ...config, server: { host: '127.0.0.1', port, publicUrl } }),
     startGatewayProcess(t, { ...config, server: { host: '127.0.0.1', publicUrl } }),
   ]);
-  const alice = await tokenFor(publicUrl, { sub: 'alice' });
+  const alice = await userToken(publicUrl, 'alice');
   const sessionId = await openSession(a.url, alice);
   const first = await exchange(a.url, alice, { body: echo(1, 'first'), sessionId });
   const lastEventId = first.eventIds[0] as string;
-  await assertLockedOut(t, b.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the other replica');
-  await assertLockedOut(t, a.url, await tokenFor(publicUrl, { sub: 'bob' }), sessionId, lastEventId, upstream, 'another user through the first replica');
+  await assertLockedOut(t, b.url, await userToken(publicUrl, 'bob'), sessionId, lastEventId, upstream, 'another user through the other replica');
+  await assertLockedOut(t, a.url, await userToken(publicUrl, 'bob'), sessionId, lastEventId, upstream, 'another user through the first replica');
   await assertOwnerWorks(t, b.url, alice, sessionId, lastEventId);
 });

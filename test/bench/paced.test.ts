@@ -4,7 +4,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
-import { pacedLoad } from '../../bench/paced.js';
+import { busiestWindow, pacedLoad } from '../../bench/paced.js';
 
 async function server(handle: (req: IncomingMessage, res: ServerResponse, n: number) => void): Promise<{ url: string; arrivals: number[]; close(): Promise<void> }> {
   const arrivals: number[] = [];
@@ -28,7 +28,7 @@ async function server(handle: (req: IncomingMessage, res: ServerResponse, n: num
 
 const ok = (_req: IncomingMessage, res: ServerResponse): void => void res.end('{}');
 
-t.test('requests arrive evenly spread over the run, every one answered', async (t) => {
+t.test('requests leave on their schedule, never early, and every one is answered', async (t) => {
   const s = await server(ok);
   t.teardown(() => s.close());
   const result = await pacedLoad(s.url, { rate: 400, durationS: 1.5, connections: 4, headers: {}, body: '{}' });
@@ -36,16 +36,27 @@ t.test('requests arrive evenly spread over the run, every one answered', async (
   t.equal(result.ok, 600);
   t.equal(result.latencies.length, 600);
   t.equal(result.non2xx + result.errors, 0);
-  const first = s.arrivals[0] as number;
-  const last = s.arrivals.at(-1) as number;
-  t.ok(last - first >= 1_300, `the last request came ${Math.round(last - first)} ms after the first (a per-second quota sends a second's share at once)`);
-  // 400/s is 20 per 50 ms. A burst generator would put a whole second's 400 into the first few ms.
-  let busiest = 0;
-  for (let i = 0, j = 0; i < s.arrivals.length; i++) {
-    while ((s.arrivals[i] as number) - (s.arrivals[j] as number) > 50) j++;
-    busiest = Math.max(busiest, i - j + 1);
+  t.equal(s.arrivals.length, 600, 'the server saw each request once');
+  // The schedule is i / rate: a per-second quota would hand a second's share over at once, i.e. send
+  // request i before it is due. A loaded runner can only make a request later, never earlier, so this
+  // holds however slow the machine is. How evenly they actually left (a timing property) is the bench's
+  // to print (bench/run.ts, "paced … within any 50 ms").
+  const offSchedule: number[] = [];
+  const early: number[] = [];
+  for (let i = 0; i < 600; i++) {
+    if (result.dueMs[i] !== i * 2.5) offSchedule.push(i);
+    if ((result.sentMs[i] as number) < (result.dueMs[i] as number)) early.push(i);
   }
-  t.ok(busiest <= 45, `at most ${busiest} requests arrived within any 50 ms`);
+  t.same(offSchedule, [], 'request i is due at i / rate');
+  t.same(early, [], 'no request left before its due time');
+  t.ok((result.sentMs[599] as number) >= 1_497.5, 'the last request left no earlier than 599 / 400 s after the start');
+});
+
+t.test('busiestWindow counts the most sends within any window', async (t) => {
+  t.equal(busiestWindow(Float64Array.from([0, 10, 20, 30]), 50), 4);
+  t.equal(busiestWindow(Float64Array.from([0, 60, 120, 180]), 50), 1);
+  t.equal(busiestWindow(Float64Array.from([200, 0, 25, 230, 240]), 50), 3, 'unsorted input is sorted first');
+  t.equal(busiestWindow(new Float64Array(0), 50), 0);
 });
 
 t.test('latency counts from the due time: a server slower than the rate shows growing waits', async (t) => {

@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { parse, stringify } from 'yaml';
+import { skipUnlessInstalled } from '../helpers/required-tool.js';
 
 const run = promisify(execFile);
 const repo = resolve(import.meta.dirname, '../..');
@@ -33,7 +34,7 @@ async function promtool(args: string[]): Promise<{ code: number; output: string 
 }
 
 const version = await promtoolVersion();
-const skip = version === null ? 'promtool is not installed (apt-get install prometheus, or put promtool on PATH)' : false;
+const skip = skipUnlessInstalled(t, version === null ? 'promtool is not installed (apt-get install prometheus, or put promtool on PATH)' : false);
 
 t.test('promtool check rules accepts deploy/prometheus/alerts.yml', { skip }, async (t) => {
   const { code, output } = await promtool(['check', 'rules', alertsPath]);

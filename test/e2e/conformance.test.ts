@@ -15,6 +15,7 @@ import { dirname, join } from 'node:path';
 import t, { type Test } from 'tap';
 import { startTestGateway, testConfig } from '../helpers/gateway.js';
 import { childEnv, startDualEraServer, startServerEverything, type RunningUpstream } from '../helpers/interop-upstreams.js';
+import { skipUnlessInstalled } from '../helpers/required-tool.js';
 
 /** Checks the gateway is meant to pass where a bare upstream fails (the upstream's own failures, fixed in front of it). */
 const IMPROVED_BY_GATEWAY = new Set(['localhost-host-rebinding-rejected']); // scenario dns-rebinding-protection: the gateway refuses a foreign Origin (SPEC §5.2)
@@ -51,6 +52,7 @@ const missing = [
   cli ? null : '@modelcontextprotocol/conformance is not installed (npm ci --prefix tools/conformance)',
   node ? null : 'no Node with fs.globSync (npm ci --prefix tools/conformance installs node@22)',
 ].filter(Boolean);
+const skip = skipUnlessInstalled(t, missing.length ? missing.join('; ') : false);
 
 interface Check {
   id: string;
@@ -99,13 +101,13 @@ async function compare(t: Test, upstream: RunningUpstream, requirements: string)
   t.same(onlyDirect.filter((id) => !IMPROVED_BY_GATEWAY.has(id)), [], 'every check failing directly fails through the gateway too, except those the gateway improves');
 }
 
-t.test('conformance --requirements 2025-11-25: server-everything directly vs through the gateway', { skip: missing.length ? missing.join('; ') : false, timeout: 120_000 }, async (t) => {
+t.test('conformance --requirements 2025-11-25: server-everything directly vs through the gateway', { skip, timeout: 120_000 }, async (t) => {
   const upstream = await startServerEverything();
   t.teardown(() => upstream.close());
   await compare(t, upstream, '2025-11-25');
 });
 
-t.test('conformance --requirements 2026-07-28: the SDK v2 dual-era server directly vs through the gateway', { skip: missing.length ? missing.join('; ') : false, timeout: 120_000 }, async (t) => {
+t.test('conformance --requirements 2026-07-28: the SDK v2 dual-era server directly vs through the gateway', { skip, timeout: 120_000 }, async (t) => {
   const upstream = await startDualEraServer();
   t.teardown(() => upstream.close());
   await compare(t, upstream, '2026-07-28');

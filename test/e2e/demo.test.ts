@@ -8,11 +8,12 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { ConfigInput } from '../../src/config/schema.js';
 import { startTestGateway } from '../helpers/gateway.js';
+import { skipUnlessInstalled } from '../helpers/required-tool.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
-t.test('the default config: challenge, pay on the checkout page in Chromium, the retry reaches the research server', { skip: !existsSync(CHROMIUM) ? 'no /usr/bin/chromium (install Debian chromium)' : false }, async (t) => {
+t.test('the default config: challenge, pay on the checkout page in Chromium, the retry reaches the research server', { skip: skipUnlessInstalled(t, !existsSync(CHROMIUM) ? 'no /usr/bin/chromium (install Debian chromium)' : false) }, async (t) => {
   t.ok(existsSync('dist/research/stdio.js'), 'the build holds the research server the default config runs');
   delete process.env.NODE_OPTIONS; // tap's hooks would load into the research child and slow it down
   const shipped = parse(readFileSync('config/tollbooth.yaml', 'utf8')) as ConfigInput;

@@ -8,7 +8,7 @@ import t from 'tap';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { STDIO_FIXTURE_COMMAND } from '../helpers/interop-upstreams.js';
-import { startTestIssuer } from '../helpers/jwks-issuer.js';
+import { startOidcIssuer } from '../helpers/oidc-issuer.js';
 import { metricValue } from '../helpers/scripted-upstream.js';
 import { startFakeFacilitator } from '../helpers/x402-facilitator.js';
 import { paymentRequiredOf, withX402 } from '../helpers/x402-gateway.js';
@@ -148,13 +148,14 @@ t.test('auth none: each endpoint lists and calls only its own upstream; one hand
 });
 
 t.test('oauth: each endpoint is its own resource; a handle stays bound to its principal on both; sessions stay at their endpoint', async (t) => {
-  const issuer = await startTestIssuer();
+  // A real OpenID Provider (test/helpers/oidc-issuer.ts): one token per resource indicator (endpoint).
+  const issuer = await startOidcIssuer();
   t.teardown(() => issuer.close());
-  const auth = { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'], toolScopes: { fetch_readable: ['research:pay'] } };
+  const auth = { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUri, authorizationServers: [issuer.issuer], requiredScopes: ['mcp:use'], toolScopes: { fetch_readable: ['research:pay'] } };
   const gateway = await startTestGateway(t, twoEndpoints({ auth, filesToolScopes: { echo: ['files:write'] } }) as never);
   const defaultUrl = `${gateway.origin}/mcp`;
   const filesUrl = `${gateway.origin}/mcp/files`;
-  const token = (sub: string, aud: string, scope = 'mcp:use research:pay files:write') => issuer.mint({ sub, aud, scope });
+  const token = (sub: string, aud: string, scope = 'mcp:use research:pay files:write') => issuer.tokenFor({ clientId: 'mcp-client', sub, scope, resource: aud });
   const bearer = async (sub: string, aud: string, scope?: string) => ({ authorization: `Bearer ${await token(sub, aud, scope)}` });
 
   // PRM per endpoint: its own resource, its own scopes.

@@ -10,7 +10,7 @@ import { createMetrics } from '../../src/observability/metrics.js';
 import { MooveProvider } from '../../src/payments/moove.js';
 import { Reconciler } from '../../src/payments/reconciler.js';
 import { Settler } from '../../src/payments/settle.js';
-import { balanceOf, callTool, connectStore, redisGatewayConfig, scrape, startGatewayProcess, sumCounter, tally } from '../helpers/gateway-process.js';
+import { balanceOf, callTool, connectStore, redisGatewayConfig, scrape, startGatewayProcess, sumCounter, tally, waitForNoReservations, webhookTriggersConcluded } from '../helpers/gateway-process.js';
 import { sendWebhook, startMooveFake } from '../helpers/moove-fake.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
@@ -42,7 +42,8 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
   const provider = new MooveProvider({ apiKey: 'test-key', baseUrl: moove.url, logger, metrics });
   t.teardown(() => provider.close());
   const settler = new Settler({ store, provider, policy: { tolerance: 0.005, minimumFraction: 0.1 }, metrics, logger, clock: systemClock });
-  const reconciler = new Reconciler({ store, provider, settler, metrics, logger, intervalMs: 500 });
+  // A long lease (3 × the interval): a stall of this process on a loaded runner must not hand it to a gateway.
+  const reconciler = new Reconciler({ store, provider, settler, metrics, logger, intervalMs: 5_000 });
   t.ok((await reconciler.tick()).leader, 'the test reconciler holds the lease');
 
   const config = redisGatewayConfig(upstream.url, target, keyPrefix, {
@@ -97,8 +98,10 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
   ]);
   const raceMs = Math.round(performance.now() - started);
 
-  // Webhooks are acknowledged first and settled after (a re-read of the link): give those a moment.
-  await sleep(1_500);
+  // Webhooks are acknowledged first and settled after (a re-read of the link): wait until each
+  // acknowledged delivery's work has concluded (tollbooth_webhook_triggers_total, any outcome), so a
+  // late second grant would be counted below rather than land after the test looked.
+  t.equal(await webhookTriggersConcluded(gateways.map((gateway) => gateway.origin)), WEBHOOKS, 'every acknowledged webhook has concluded');
 
   const expositions = await Promise.all(gateways.map((gateway) => scrape(gateway.origin)));
   const ownMetrics = await metrics.registry.metrics();
@@ -117,6 +120,8 @@ t.test('50 concurrent observers of one completed charge across 3 processes grant
   t.equal(sum('tollbooth_settlements_total', {}), 1, 'exactly one settlement over every observer');
   t.equal(sum('tollbooth_settlements_total', { result: 'granted' }), 1, 'and it is a full grant');
   t.equal(sum('tollbooth_credits_total', { kind: 'granted' }), PACK, 'the pack was granted once');
+  // Each retry's reservation is given back as its call concludes, which may be just after its answer.
+  await waitForNoReservations(target, keyPrefix, challenge.handle, 10_000);
   t.equal(await balanceOf(store, challenge.handle), PACK, 'the balance is the pack, not a multiple of it');
   t.same((await store.getCharge(charge.handleHash, charge.nonce))?.status, 'settled', 'the charge is settled');
   t.notOk(

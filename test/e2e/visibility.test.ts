@@ -1,5 +1,6 @@
-// Tool visibility (SPEC §18, issue 17) end to end: real gateways in auth.mode oauth, tokens from a real
-// issuer whose JWKS is served over HTTP (test/helpers/jwks-issuer.ts), real SDK clients (v1 for the
+// Tool visibility (SPEC §18, issue 17) end to end: real gateways in auth.mode oauth, access tokens from a
+// real OpenID Provider (oidc-provider, test/helpers/oidc-issuer.ts: authorization code with PKCE, one
+// user per principal, the scopes that user granted), real SDK clients (v1 for the
 // 2025 era, v2 pinned to 2026-07-28) over real HTTP, in front of real SDK upstreams whose tools/list
 // is paginated (test/helpers/paged-upstream.ts), replying in JSON or SSE.
 // Three principals with different scopes get three different lists, page by page; a hidden tool is
@@ -10,7 +11,7 @@ import { Client as V1Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as V1HttpTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import t, { type Test } from 'tap';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
-import { startTestIssuer } from '../helpers/jwks-issuer.js';
+import { startOidcIssuer } from '../helpers/oidc-issuer.js';
 import { parseReply, send, type Reply } from '../helpers/namespace-client.js';
 import { PAGE_SIZE, startPagedUpstream, tool, type PagedMode } from '../helpers/paged-upstream.js';
 import type { RecordingUpstream } from '../helpers/paid-upstream.js';
@@ -30,7 +31,7 @@ const EXPECTED: Record<Principal, string[]> = {
 };
 const PAGES = Math.ceil(TOOLS.length / PAGE_SIZE);
 
-const issuer = await startTestIssuer();
+const issuer = await startOidcIssuer();
 t.teardown(() => issuer.close());
 
 interface Setup {
@@ -56,7 +57,7 @@ async function setup(t: Test, mode: PagedMode, auth: { hideUnauthorisedTools?: b
       auth: {
         mode: 'oauth',
         issuer: issuer.issuer,
-        jwksUrl: issuer.jwksUrl,
+        jwksUrl: issuer.jwksUri,
         authorizationServers: [issuer.issuer],
         requiredScopes: ['mcp:use'],
         toolScopes: { fetch_readable: ['research:pay'], delete_file: ['files:write'], admin_stats: ['admin'], secret_tool: ['admin'] },
@@ -65,7 +66,7 @@ async function setup(t: Test, mode: PagedMode, auth: { hideUnauthorisedTools?: b
     }),
   );
   publicUrl = gateway.config.server.publicUrl;
-  return { upstream, gateway, token: (principal) => issuer.mint({ sub: principal, aud: publicUrl, scope: SCOPES[principal] }) };
+  return { upstream, gateway, token: (principal) => issuer.tokenFor({ clientId: 'mcp-client', sub: principal, scope: SCOPES[principal], resource: publicUrl }) };
 }
 
 /** One face over both SDKs' clients; `listPages` follows nextCursor and returns each page. */

@@ -168,6 +168,22 @@ export function sumCounter(exposition: string, name: string, labels: Record<stri
   return total;
 }
 
+/**
+ * Waits until no acknowledged webhook's after-response work is running on any of `origins`
+ * (tollbooth_webhook_triggers_running is raised before the 2xx and lowered when the work ends), then
+ * returns how many triggers concluded there in all. The conclusion an absence check waits for.
+ */
+export async function webhookTriggersConcluded(origins: string[], timeoutMs = 20_000): Promise<number> {
+  const give = Date.now() + timeoutMs;
+  for (;;) {
+    const texts = await Promise.all(origins.map((origin) => scrape(origin)));
+    const running = texts.reduce((total, text) => total + sumCounter(text, 'tollbooth_webhook_triggers_running'), 0);
+    if (running === 0) return texts.reduce((total, text) => total + sumCounter(text, 'tollbooth_webhook_triggers_total'), 0);
+    if (Date.now() > give) throw new Error(`${running} webhook triggers still running after ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
 /** GET {origin}/metrics as text. */
 export async function scrape(origin: string): Promise<string> {
   const response = await fetch(`${origin}/metrics`);

@@ -1,7 +1,15 @@
-// A test OAuth issuer: RS256 and ES256 key pairs generated with jose, the public halves served as a
-// JWKS over node:http on a random 127.0.0.1 port, and `mint` for access tokens. Controls let a test
-// rotate keys, take the JWKS endpoint down and count how often it was fetched. Also mints the
-// tokens an attacker would send: `alg: none`, HS256 with a guessed secret, a key not in the JWKS.
+// ONLY FOR TOKENS A REAL AUTHORIZATION SERVER CANNOT MINT. Valid tokens come from a real OpenID
+// Provider, test/helpers/oidc-issuer.ts (oidc-provider: client credentials, authorization code with
+// PKCE, its own JWKS and key rotation); use this file only for the malformed or hostile shapes it
+// never issues: `alg: none`, HS256 with a guessed secret or the public key, a key outside the JWKS
+// under a published or unknown kid, another issuer under a trusted key, no `exp`, no `sub` (RFC 9068
+// requires it; the gateway's `client:` principal is for such tokens), neither `sub` nor `client_id`,
+// `scp` arrays, no kid mid-rotation, a tampered payload, and the resource server's unit tests of its
+// JWKS cache (refused connections, ages). Pick this one and say why in the test.
+//
+// RS256 and ES256 key pairs generated with jose, the public halves served as a JWKS over node:http on
+// a random 127.0.0.1 port, and `mint` for access tokens with any claims. Controls let a test rotate
+// keys, take the JWKS endpoint down and count how often it was fetched.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, exportSPKI, generateKeyPair, SignJWT, UnsecuredJWT, type CryptoKey, type JWK, type JWTPayload } from 'jose';

@@ -5,6 +5,8 @@ import t from 'tap';
 import { request } from 'undici';
 import { registerMooveWebhookRoute } from '../../src/http/moove-webhook.js';
 import { createLogger } from '../../src/observability/logger.js';
+import { createMetrics } from '../../src/observability/metrics.js';
+import { sumCounter } from '../helpers/gateway-process.js';
 import { MOOVE_WEBHOOK_PATH } from '../../src/payments/webhook.js';
 import { sendWebhook, signWebhook, startMooveFake } from '../helpers/moove-fake.js';
 
@@ -99,6 +101,50 @@ t.test('route: a failing onLink is logged without the link id, and the delivery 
   await waitFor(() => r.logs().includes('handling a Moove webhook failed'));
   t.match(r.logs(), /store exploded while settling \[link\]/);
   t.notOk(r.logs().includes(LINK), 'the link id is never logged');
+});
+
+t.test('route: each trigger is counted once when it concludes: handled, replay or failed', async (t) => {
+  const metrics = createMetrics(async () => 0);
+  const seen = new Set<string>();
+  const app = Fastify();
+  registerMooveWebhookRoute(app, {
+    secret: SECRET,
+    logger: createLogger('silent'),
+    metrics,
+    claimEvent: async (eventId) => !seen.has(eventId) && Boolean(seen.add(eventId)),
+    onLink: async (linkId) => {
+      if (linkId === 'boom') throw new Error('store down');
+    },
+  });
+  const address = await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const url = `${address}${MOOVE_WEBHOOK_PATH}`;
+  const event = (id: string, link: string): string => JSON.stringify({ id, type: 'payment_link.completed', data: { id: link, status: 'completed' } });
+  for (const [id, link] of [['e1', LINK], ['e1', LINK], ['e2', 'boom'], ['e3', LINK]] as const) {
+    t.equal((await sendWebhook(url, SECRET, null, { rawBody: event(id, link), eventId: id })).status, 200);
+  }
+  const count = async (outcome: string): Promise<number> => sumCounter(await metrics.registry.metrics(), 'tollbooth_webhook_triggers_total', { provider: 'moove', outcome });
+  const total = async (): Promise<number> => sumCounter(await metrics.registry.metrics(), 'tollbooth_webhook_triggers_total');
+  for (let i = 0; i < 200 && (await total()) < 4; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  t.same([await count('handled'), await count('replay'), await count('failed')], [2, 1, 1]);
+  t.equal(sumCounter(await metrics.registry.metrics(), 'tollbooth_webhook_triggers_running'), 0, 'none still running');
+});
+
+t.test('route: a trigger counts as running from before the answer until it concludes', async (t) => {
+  const metrics = createMetrics(async () => 0);
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const app = Fastify();
+  registerMooveWebhookRoute(app, { secret: SECRET, logger: createLogger('silent'), metrics, onLink: () => gate });
+  const address = await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const running = async (): Promise<number> => sumCounter(await metrics.registry.metrics(), 'tollbooth_webhook_triggers_running');
+  t.equal((await sendWebhook(`${address}${MOOVE_WEBHOOK_PATH}`, SECRET, PAYLOAD)).status, 200);
+  t.equal(await running(), 1, 'running as soon as the answer arrived');
+  release();
+  for (let i = 0; i < 200 && (await running()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  t.equal(await running(), 0, 'and not once it concluded');
+  t.equal(sumCounter(await metrics.registry.metrics(), 'tollbooth_webhook_triggers_total', { outcome: 'handled' }), 1);
 });
 
 t.test('route: a signed delivery naming no link is acknowledged and triggers nothing', async (t) => {

@@ -10,7 +10,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { startTestGateway, testConfig } from '../helpers/gateway.js';
 import { statusClass } from '../../src/observability/metrics.js';
-import { startTestIssuer } from '../helpers/jwks-issuer.js';
+import { startOidcIssuer } from '../helpers/oidc-issuer.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 
 interface Sample {
@@ -57,7 +57,8 @@ function promtoolCheckMetrics(text: string): Promise<{ code: number | null; outp
 const PRINCIPAL = 'principal-metrics-7Qx';
 const ARGUMENT = 'arg-marker-Vb3k';
 
-const issuer = await startTestIssuer();
+// A real OpenID Provider (test/helpers/oidc-issuer.ts): the principal signs in by authorization code.
+const issuer = await startOidcIssuer();
 t.teardown(() => issuer.close());
 const upstream = await startPaidUpstream('stateless-json');
 t.teardown(() => upstream.close());
@@ -66,10 +67,10 @@ const gateway = await startTestGateway(
   t,
   testConfig(upstream.url, {
     server: { host: '127.0.0.1', port: 0, publicUrl: 'http://127.0.0.1:0' },
-    auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer] },
+    auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUri, authorizationServers: [issuer.issuer] },
   }),
 );
-const bearer = await issuer.mint({ sub: PRINCIPAL, aud: gateway.config.auth.audience });
+const bearer = await issuer.tokenFor({ clientId: 'mcp-client', sub: PRINCIPAL, scope: 'mcp:use', resource: gateway.config.auth.audience });
 const authHeaders = { authorization: `Bearer ${bearer}` };
 
 async function scrape(): Promise<{ text: string; samples: Sample[] }> {

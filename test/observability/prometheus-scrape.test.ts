@@ -10,9 +10,10 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { freePort, startTestGateway, testConfig } from '../helpers/gateway.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
+import { skipUnlessInstalled } from '../helpers/required-tool.js';
 
 const installed = spawnSync('prometheus', ['--version']).status === 0;
-const skip = installed ? false : 'prometheus is not installed (apt-get install prometheus)';
+const skip = skipUnlessInstalled(t, installed ? false : 'prometheus is not installed (apt-get install prometheus)');
 
 interface QueryResult {
   status: string;

@@ -13,6 +13,7 @@ import { startMooveFake, sendWebhook, type MooveFake } from '../helpers/moove-fa
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { waitFor, wallClock } from '../helpers/clock.js';
+import { webhookTriggersConcluded } from '../helpers/gateway-process.js';
 
 const API_KEY = 'mk_live_e2e_7c1f_SECRET_KEY_DO_NOT_LEAK';
 const WEBHOOK_SECRET = 'whsec_e2e_SECRET_DO_NOT_LEAK';
@@ -175,8 +176,7 @@ t.test('webhook: duplicate and out-of-order deliveries are acknowledged and gran
   const deliveries = await Promise.all([event('completed'), event('completed'), event('created')].map((payload) => sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_1' })));
   t.same(deliveries.map((d) => d.status), [200, 200, 200]);
   await until(() => reads(r.fake) >= 2, 'the re-reads');
-  await until(async () => (await r.balance(challenge.retry.value)) === 3, 'the settlement');
-  await new Promise((resolve) => setTimeout(resolve, 100)); // let every trigger finish
+  t.equal(await webhookTriggersConcluded([r.gateway.origin]), 4, 'every delivery\'s trigger has concluded');
   t.equal(await r.balance(challenge.retry.value), 3, 'one pack, not three');
   t.equal(r.gateway.logs().filter((line) => line.evt === 'settlement').length, 1, 'one settlement');
 });
@@ -190,7 +190,7 @@ t.test('webhook: a replayed signed delivery (same moove-event-id) is acknowledge
   await until(() => reads(r.fake) === 1, 'the first delivery re-reads the link');
   const replays = await Promise.all(Array.from({ length: 5 }, () => sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_replayed' })));
   t.same(replays.map((d) => d.status), [200, 200, 200, 200, 200], 'every replay is acknowledged');
-  await new Promise((resolve) => setTimeout(resolve, 200)); // let any trigger run
+  t.equal(await webhookTriggersConcluded([r.gateway.origin]), 6, 'the first delivery and every replay have concluded');
   t.equal(reads(r.fake), 1, 'no replay reached Moove');
   t.equal((await sendWebhook(r.webhookUrl, WEBHOOK_SECRET, payload, { eventId: 'evt_next' })).status, 200);
   await until(() => reads(r.fake) === 2, 'a new event id re-reads the link');
@@ -200,7 +200,7 @@ t.test('webhook: a delivery about a link the gateway never opened is acknowledge
   const r = await rig(t);
   const delivery = await sendWebhook(r.webhookUrl, WEBHOOK_SECRET, { id: 'evt_x', data: { paymentLinkId: 'not-ours' } });
   t.equal(delivery.status, 200);
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  t.equal(await webhookTriggersConcluded([r.gateway.origin]), 1, 'its trigger has concluded');
   t.equal(reads(r.fake), 0, 'no read for a link with no charge');
 });
 
@@ -211,7 +211,8 @@ t.test('webhook: a bad signature gets 401 JSON and triggers nothing', async (t) 
   const delivery = await sendWebhook(r.webhookUrl, 'whsec_someone_else', { id: 'evt_2', data: { paymentLinkId: linkIdOf(challenge.checkoutUrl) } });
   t.equal(delivery.status, 401);
   t.type((delivery.body as { error?: unknown }).error, 'string');
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  // A trigger starts before the answer is sent: with none running and none concluded, none ever ran.
+  t.equal(await webhookTriggersConcluded([r.gateway.origin]), 0, 'no trigger ran');
   t.equal(reads(r.fake), 0);
   t.equal(await r.balance(challenge.retry.value), 0);
 });

@@ -73,6 +73,22 @@ const charge = (overrides: Partial<OpenChargeInput> = {}): OpenChargeInput => ({
   ...overrides,
 });
 
+/** The retry waits the provider chose, in ms, from its `provider_retry` log lines (written before each wait). */
+const retryWaits = (lines: Array<Record<string, unknown>>): unknown[] => lines.filter((l) => l.evt === 'provider_retry').map((l) => l.delayMs);
+
+/**
+ * Which came first: `promise` settling or a real timer of `ms` (set now). Timers fire in due order, so a
+ * promise driven by an earlier timer wins however late a loaded machine runs both.
+ */
+async function firstOf<T>(promise: Promise<T>, ms: number): Promise<[T | undefined, 'settled' | 'timer']> {
+  let timer: NodeJS.Timeout | undefined;
+  const witness = new Promise<'timer'>((resolve) => (timer = setTimeout(() => resolve('timer'), ms)));
+  const settled = promise.then((value) => ({ value }));
+  const winner = await Promise.race([settled, witness]);
+  clearTimeout(timer);
+  return winner === 'timer' ? [undefined, 'timer'] : [winner.value, 'settled'];
+}
+
 async function rejection(promise: Promise<unknown>): Promise<ProviderError> {
   try {
     await promise;
@@ -260,13 +276,11 @@ t.test('retry waits follow full-jitter exponential backoff (base 200 ms, doublin
 });
 
 t.test('backoff is capped', async (t) => {
-  const { provider, fake } = await harness(t, { random: () => 0.999, retry: { baseDelayMs: 1_000, maxDelayMs: 100 } });
+  const { provider, fake, logs } = await harness(t, { random: () => 0.999, retry: { baseDelayMs: 1_000, maxDelayMs: 100 } });
   fake.failNext(10, { status: 503 });
-  const started = Date.now();
   await rejection(provider.openCharge(charge()));
-  // Uncapped, the three waits would be 1 + 2 + 4 s: a bound under the first uncapped wait proves the cap
-  // and stays generous for a loaded machine (quiet: ~300 ms).
-  t.ok(Date.now() - started < 1_000, 'three waits of at most 100 ms');
+  // The waits the provider chose, as it logged them before sleeping: uncapped they would be 1, 2 and 4 s.
+  t.same(retryWaits(logs()), [100, 100, 100], 'three waits of at most 100 ms');
   t.equal(fake.requests.length, 4);
 });
 
@@ -295,36 +309,44 @@ t.test('pacing: repeated 429s halve down to the floor, then answers recover it a
 
 t.test('pacing: keyed calls run near 2/s by default; public reads are not paced', async (t) => {
   const { provider, fake } = await harness(t, { pacing: {} });
+  const [first, second] = await Promise.all([provider.openCharge(charge()), provider.openCharge(charge())]);
+  // The burst of 2 is spent: the next two keyed calls wait 0.5 s and 1 s for a slot. Eight public reads
+  // started after them must still reach Moove first, in the order of the recorded requests (an order a
+  // loaded machine cannot flip: the reads are sent at once, the keyed calls only when their timers fire).
   const started = Date.now();
-  const opened = await Promise.all([provider.openCharge(charge()), provider.openCharge(charge()), provider.openCharge(charge()), provider.openCharge(charge())]);
+  const keyed = Promise.all([provider.openCharge(charge()), provider.openCharge(charge())]);
+  const reads = [first, second].flatMap((opened) => [provider.readCharge(opened.providerRef), provider.readCharge(opened.providerRef), provider.readCharge(opened.providerRef), provider.readCharge(opened.providerRef)]);
+  await Promise.all([keyed, ...reads]);
   const keyedMs = Date.now() - started;
-  t.ok(keyedMs >= 900, `4 keyed calls with a burst of 2 at 2/s take ≥ 1 s (took ${keyedMs} ms)`);
-  const readStart = Date.now();
-  await Promise.all(opened.flatMap(({ providerRef }) => [provider.readCharge(providerRef), provider.readCharge(providerRef)]));
-  t.ok(Date.now() - readStart < 400, 'eight public reads go straight out');
-  t.equal(fake.requests.length, 12);
+  t.ok(keyedMs >= 900, `the 3rd and 4th keyed calls waited for slots at 2/s (${keyedMs} ms; a wait only grows on a loaded machine)`);
+  t.same(
+    fake.requests.map((r) => (r.hadKey ? 'keyed' : 'read')),
+    ['keyed', 'keyed', ...Array<string>(8).fill('read'), 'keyed', 'keyed'],
+    'the reads went straight out, ahead of the paced keyed calls',
+  );
 });
 
 t.test('openCharge gives up at the create deadline, even while Moove hangs', async (t) => {
-  const { provider, fake } = await harness(t, { createDeadlineMs: 800 });
+  const { provider, fake } = await harness(t, { createDeadlineMs: 800, requestTimeoutMs: 5_000 });
   fake.failNext(10, 'hang');
   const started = Date.now();
-  const error = await rejection(provider.openCharge(charge()));
-  const elapsed = Date.now() - started;
-  // Lower bound: not before the deadline. Upper: under the 5 s request timeout a client that ignored the
-  // deadline would wait out, generous for a loaded machine (quiet: ~0.8 s).
-  t.ok(elapsed >= 750 && elapsed < 4_500, `gave up after ${elapsed} ms`);
+  // A client that ignored the deadline would wait out the 5 s request timeout: the give-up must come
+  // before a timer set for that timeout fires (timers fire in due order, however loaded the machine).
+  const [outcome, first] = await firstOf(rejection(provider.openCharge(charge())), 5_000);
+  t.equal(first, 'settled', 'gave up before the request timeout');
+  t.ok(Date.now() - started >= 750, 'not before the deadline');
+  const error = outcome as ProviderError;
   t.equal(error.kind, 'network');
   t.equal(fake.requests.length, 1);
 });
 
 t.test('openCharge does not start a backoff wait it cannot finish before the deadline', async (t) => {
-  const { provider, fake } = await harness(t, { createDeadlineMs: 500, random: () => 0.999 });
+  const { provider, fake, logs } = await harness(t, { createDeadlineMs: 500, random: () => 0.999 });
   fake.failNext(10, { status: 503 });
-  const started = Date.now();
   const error = await rejection(provider.openCharge(charge()));
-  // Sleeping the second wait would end at 200 + 400 = 600 ms: under that is the behaviour (quiet: ~0.2 s).
-  t.ok(Date.now() - started < 600, 'gave up early rather than sleep past the deadline');
+  // Sleeping the second wait would end at 200 + 400 = 600 ms: the provider logs each wait before it
+  // sleeps, so one logged wait means it gave up instead of starting the second.
+  t.same(retryWaits(logs()), [200], 'gave up early rather than sleep past the deadline');
   t.equal(error.kind, 'server', 'the last failure is what is reported');
   t.match(error.message, /gave up on Moove after 500 ms/);
   t.equal(fake.requests.length, 2, 'waits 200 then 400: the second wait would cross the deadline');
@@ -342,13 +364,13 @@ t.test('a single hung request times out after requestTimeoutMs and is retried', 
 });
 
 t.test('a caller abort stops the call', async (t) => {
-  const { provider, fake } = await harness(t);
+  const { provider, fake } = await harness(t, { requestTimeoutMs: 5_000 });
   fake.failNext(1, 'hang');
   const controller = new AbortController();
   setTimeout(() => controller.abort(), 100);
-  const started = Date.now();
-  const error = await rejection(provider.openCharge(charge(), controller.signal));
-  t.ok(Date.now() - started < 1_000);
+  const [outcome, first] = await firstOf(rejection(provider.openCharge(charge(), controller.signal)), 5_000);
+  t.equal(first, 'settled', 'stopped by the abort, not by the request timeout');
+  const error = outcome as ProviderError;
   t.match(error.message, /cancelled/);
   t.equal(fake.requests.length, 1, 'not retried');
 });

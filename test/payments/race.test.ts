@@ -10,6 +10,7 @@ import { startMooveFake, sendWebhook } from '../helpers/moove-fake.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { startTestGateway, testConfig } from '../helpers/gateway.js';
 import { wallClock } from '../helpers/clock.js';
+import { webhookTriggersConcluded } from '../helpers/gateway-process.js';
 
 const API_KEY = 'mk_test_race_key';
 const WEBHOOK_SECRET = 'whsec_race';
@@ -58,8 +59,11 @@ t.test('webhooks + retries + reconciler racing on one paid charge make one grant
   const retries = settled.filter((_, i) => i % 3 === 1) as CallResult[];
   t.ok(retries.some((r) => r.isError !== true), 'at least one racing retry ran the tool');
 
-  // Let every webhook trigger finish, then spend what is left until the gateway challenges again.
-  await new Promise((resolve) => setTimeout(resolve, 200));
+  // Wait until every acknowledged webhook's trigger has concluded (handled, replay or failed), so a late
+  // grant from one of them is counted below; then spend what is left until the gateway challenges again.
+  const webhooks = settled.filter((_, i) => i % 3 === 0) as Array<{ status: number }>;
+  t.same(webhooks.map((w) => w.status), Array<number>(10).fill(200), 'every webhook was acknowledged');
+  t.equal(await webhookTriggersConcluded([gateway.origin]), webhooks.length, 'every webhook trigger has concluded');
   let last: CallResult | undefined;
   for (let i = 0; i < PACK_CREDITS + 2; i++) {
     last = await call(handle);

@@ -7,7 +7,7 @@ import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics, type Metrics } from '../../src/observability/metrics.js';
 import { MooveProvider } from '../../src/payments/moove.js';
-import type { ChargeReading, PaymentProvider } from '../../src/payments/provider.js';
+import { ProviderError, type ChargeReading, type PaymentProvider } from '../../src/payments/provider.js';
 import { Reconciler } from '../../src/payments/reconciler.js';
 import { Settler } from '../../src/payments/settle.js';
 import { mintNonce } from '../../src/paywall/handles.js';
@@ -303,6 +303,49 @@ t.test('waiting: the wait for another replica\'s read is bounded by the poll flo
   t.equal(fresh.reads, 1);
   await clock.advance(2_000); // the hung read ends
   await first;
+});
+
+t.test('waiting: a retry after another replica\'s read ended unpaid answers at once, without waiting out the 2 s bound', async (t) => {
+  const clock = new TestClock(Date.now());
+  const store = new MemoryStore({ now: clock.now });
+  const charge = await pendingCharge(store);
+  const reader = slowProvider({ status: 'active', receivedAmount: null }, 100, clock);
+  const waiterProvider = slowProvider({ status: 'active', receivedAmount: null }, 0, clock);
+  const first = harness(store, reader, clock).settler.observe(charge, { awaitOtherRead: true });
+  await waitFor(() => reader.reads === 1, 'A holding the slot and reading');
+  await clock.advance(100);
+  t.equal(await first, 'still_pending', 'A read the link: active, unpaid');
+  t.match(await store.getCharge(charge.handleHash, charge.nonce), { lastReadAt: clock.now() - 100 }, 'the store records that the read of that slot ended');
+
+  const startedAt = clock.monotonic();
+  let seen: string | undefined;
+  const retry = harness(store, waiterProvider, clock).settler.observe(charge, { awaitOtherRead: true }).then((observation) => (seen = observation));
+  await waitFor(() => seen !== undefined, 'the retry on replica B answering with the clock standing still', { timeoutMs: 3_000 });
+  await retry;
+  t.equal(seen, 'still_pending', 'B answers with the outcome of A\'s finished read');
+  t.equal(clock.monotonic() - startedAt, 0, 'no clock time passed: nothing waited for the poll floor');
+  t.equal(waiterProvider.reads, 0, 'and B did not read the provider again inside the floor');
+});
+
+t.test('waiting: a read that failed does not count as done (the retry still waits, then reads itself)', async (t) => {
+  const clock = new TestClock(Date.now());
+  const store = new MemoryStore({ now: clock.now });
+  const charge = await pendingCharge(store);
+  const failing: PaymentProvider = {
+    ...slowProvider(completed('5.00'), 0, clock),
+    readCharge: () => Promise.reject(new ProviderError('server', 'the provider is down')),
+  };
+  await t.rejects(harness(store, failing, clock).settler.observe(charge));
+  t.equal((await store.getCharge(charge.handleHash, charge.nonce))?.lastReadAt, undefined, 'no read recorded as done');
+  const fresh = slowProvider({ status: 'active', receivedAmount: null }, 0, clock);
+  let seen: string | undefined;
+  const retry = harness(store, fresh, clock).settler.observe(charge, { awaitOtherRead: true }).then((observation) => (seen = observation));
+  await clock.advance(1_000);
+  t.equal(seen, undefined, 'still waiting inside the floor');
+  await clock.advance(1_100);
+  await retry;
+  t.equal(seen, 'still_pending');
+  t.equal(fresh.reads, 1, 'read the link itself once the floor passed');
 });
 
 t.test('waiting: in one process a second observer joins the read under way (no store polling, no second read)', async (t) => {

@@ -42,3 +42,27 @@ t.test('the in-process log is bounded per session: the oldest ids are forgotten 
   t.equal(registry.reusesPricedId('s', 1_000), true);
   t.ok(await registry.lookup('s', 0), 'the store keeps it');
 });
+
+t.test('reusedId: another process on the same store (a replica, or a registry built before a reload) refuses the same ids', async (t) => {
+  const store = new MemoryStore();
+  const first = new PricedRequests({ store, now: Date.now });
+  const other = new PricedRequests({ store, now: Date.now });
+  await first.register('s', 7, record());
+  t.equal(await other.reusedId('s', [1, 7], true), 7, 'in flight at the other: refused here');
+  t.equal(await other.reusedId('s', [7], false), undefined, 'not asked of the store when the endpoint prices nothing');
+  t.equal(await other.reusedId('s', ['7', 8], true), undefined, 'other ids pass');
+  await store.concludePricedRequest(first.key('s', 7), 'released', null);
+  t.equal(await other.reusedId('s', [7], true), 7, 'released: refused');
+  await first.register('s', 9, record());
+  await store.concludePricedRequest(first.key('s', 9), 'committed', 2);
+  t.equal(await other.reusedId('s', [9], true), undefined, 'committed: its result was paid for');
+});
+
+t.test('reusedId: a store that cannot answer leaves the in-process answer (free requests keep working)', async (t) => {
+  const store = new MemoryStore();
+  const registry = new PricedRequests({ store, now: Date.now });
+  await registry.register('s', 1, record());
+  store.getPricedRequest = () => Promise.reject(new Error('store down'));
+  t.equal(await registry.reusedId('s', [1], true), 1, 'what this process forwarded is still refused');
+  t.equal(await registry.reusedId('s', [2], true), undefined, 'anything else passes');
+});

@@ -7,7 +7,9 @@ import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { wallClock } from '../helpers/clock.js';
 import { startTestIssuer } from '../helpers/jwks-issuer.js';
+import { startOidcIssuer } from '../helpers/oidc-issuer.js';
 import { sendWebhook, startMooveFake } from '../helpers/moove-fake.js';
 
 type Tap = Parameters<typeof startTestGateway>[0];
@@ -109,26 +111,39 @@ t.test('dev provider: a full paid flow leaks no handle, checkout URL or link id'
 });
 
 t.test('OAuth: the paid flow and refused tokens leak no bearer token', async (t) => {
-  const issuer = await startTestIssuer();
+  // Valid tokens from a real OpenID Provider (test/helpers/oidc-issuer.ts); the forged ones (a key
+  // outside its JWKS, alg none) from the hand-written issuer, since no real provider mints them.
+  const issuer = await startOidcIssuer();
   t.teardown(() => issuer.close());
+  const forger = await startTestIssuer();
+  t.teardown(() => forger.close());
   // Port 0: the gateway binds a free port; the public URL (and the token audience) names the bound one.
   let publicUrl = 'http://127.0.0.1:0/mcp';
+  let skewMs = 0; // the gateway's clock, moved to expire a token
   const gateway = await startTestGateway(t, testConfig(upstream.url, {
     server: { host: '127.0.0.1', port: 0, publicUrl, ...limits },
-    auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, authorizationServers: [issuer.issuer] },
-  }));
+    auth: { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUri, authorizationServers: [issuer.issuer] },
+  }), { clock: wallClock(() => Date.now() + skewMs) });
   publicUrl = gateway.config.server.publicUrl;
   const flow = new Flow(gateway);
-  const token = await issuer.mint({ sub: 'alice', aud: publicUrl });
+  const tokenFor = (resource: string) => issuer.tokenFor({ clientId: 'mcp-client', sub: 'alice', scope: 'mcp:use', resource });
+  const token = await tokenFor(publicUrl);
   flow.secret('bearer token', token);
   await paidFlow(flow, { authorization: `Bearer ${token}` });
+  const expiring = await tokenFor(publicUrl);
+  const fresh = await flow.post(call('fetch_readable', {}), { authorization: `Bearer ${expiring}` });
+  t.ok(fresh.result?._meta?.['xyz.tollbooth/challenge'], 'accepted while fresh: challenged, not refused (control)');
   const refused = [
-    await issuer.mint({ sub: 'alice', aud: publicUrl, now: Math.floor(Date.now() / 1000) - 600 }),
-    await issuer.mint({ sub: 'alice', aud: 'https://elsewhere.example/' }),
-    await issuer.mint({ sub: 'alice', aud: publicUrl, alg: 'ES256', foreignKey: true }),
-    issuer.mintUnsigned({ sub: 'alice', aud: publicUrl }),
+    await tokenFor('https://elsewhere.example/'),
+    await forger.mint({ iss: issuer.issuer, sub: 'alice', aud: publicUrl, alg: 'ES256', foreignKey: true }),
+    forger.mintUnsigned({ iss: issuer.issuer, sub: 'alice', aud: publicUrl }),
     `${token.slice(0, -4)}AAAA`,
   ];
+  // Past exp + 30 s on the gateway's clock: `expiring` (and `token`) are refused as expired from now on.
+  skewMs = 331_000;
+  flow.secret('refused bearer token', expiring);
+  const expired = await flow.post(call('fetch_readable', {}), { authorization: `Bearer ${expiring}` });
+  t.match(expired.error?.message, /expired/, 'refused as expired');
   for (const bad of refused) {
     flow.secret('refused bearer token', bad);
     await flow.post(call('fetch_readable', {}), { authorization: `Bearer ${bad}` });

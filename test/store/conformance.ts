@@ -584,6 +584,20 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now + 2_000, pollCount: 2, nextPollAt: now + 14_000 });
   });
 
+  behaviour('markChargeRead records the end of the current slot\'s read, never of an older one', async (f, t) => {
+    const handleHash = await f.handle();
+    const charge = await f.pendingCharge(handleHash);
+    const now = f.clock.now();
+    t.equal((await f.store.getCharge(handleHash, charge.nonce))?.lastReadAt, undefined, 'no read ended yet');
+    await f.store.takePollSlot(handleHash, charge.nonce, now, 2_000, now + 6_000);
+    await f.store.markChargeRead(handleHash, charge.nonce, now);
+    t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now, lastReadAt: now, pollCount: 1, status: 'pending' }, 'the read of this slot is done');
+    await f.store.takePollSlot(handleHash, charge.nonce, now + 2_000, 2_000, now + 14_000);
+    await f.store.markChargeRead(handleHash, charge.nonce, now);
+    t.match(await f.store.getCharge(handleHash, charge.nonce), { lastPolledAt: now + 2_000, lastReadAt: now }, 'a late mark for an older slot does not claim the newer read done');
+    await f.store.markChargeRead(randomId('h_'), 'n-unknown', now);
+  });
+
   behaviour('takePollSlot on an unknown charge is refused', async (f, t) => {
     t.equal(await f.store.takePollSlot(randomId('h_'), 'n-unknown', f.clock.now(), 2_000, f.clock.now() + 6_000), false);
   });
@@ -1037,6 +1051,34 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     await f.store.claimPaymentNonce(unsettled);
     t.equal(await f.store.finishPaymentNonce(unsettled, { state: 'not_settled', transaction: null, at }), true);
     t.match(await f.store.getPaymentNonce(unsettled), { state: 'not_settled', transaction: null });
+  });
+
+  // ── the durable outbox's records (SPEC §21) ────────────────────────────────────────────────────
+
+  const settlementOf = (claim: PaymentNonceClaim, at: number) => ({ network: claim.network, asset: claim.asset, payer: claim.payer, nonce: claim.nonce, sku: claim.sku, tool: claim.tool, amount: claim.amount, transaction: `0x${'cd'.repeat(32)}`, at });
+  const x402Rows = async (f: StoreFixture, payer: string) => (await f.store.readLedger({ kind: 'payer', payer }, { limit: 100 })).filter((entry) => entry.kind === 'x402_settle');
+
+  behaviour('recordX402Settlement settles a claim and writes one x402_settle entry, however often it is written', async (f, t) => {
+    const claim = nonceClaim(f.clock);
+    await f.store.claimPaymentNonce(claim);
+    const record = settlementOf(claim, f.clock.now());
+    t.equal(await f.store.recordX402Settlement(record), true, 'the first write records it');
+    t.match(await f.store.getPaymentNonce(claim), { state: 'settled', transaction: record.transaction });
+    t.same(await Promise.all([1, 2, 3].map(() => f.store.recordX402Settlement(record))), [false, false, false], 'a retried write (lost reply, outbox drain, another process) is a no-op');
+    const rows = await x402Rows(f, claim.payer);
+    t.equal(rows.length, 1, 'one entry');
+    t.match(rows[0], { ref: claim.nonce, tool: claim.tool, amount: claim.amount, network: claim.network, asset: claim.asset, payer: claim.payer, transaction: record.transaction, credits: 0 });
+  });
+
+  behaviour('recordX402Settlement writes the entry when the claim is gone, and not again after finishPaymentNonce recorded it', async (f, t) => {
+    const lost = nonceClaim(f.clock);
+    t.equal(await f.store.recordX402Settlement(settlementOf(lost, f.clock.now())), true, 'the money moved: recorded without its claim record');
+    t.equal((await x402Rows(f, lost.payer)).length, 1);
+    const finished = nonceClaim(f.clock);
+    await f.store.claimPaymentNonce(finished);
+    await f.store.finishPaymentNonce(finished, { state: 'settled', transaction: `0x${'cd'.repeat(32)}`, at: f.clock.now() });
+    t.equal(await f.store.recordX402Settlement(settlementOf(finished, f.clock.now())), false, 'already settled by the direct write');
+    t.equal((await x402Rows(f, finished.payer)).length, 1, 'still one entry');
   });
 
   behaviour('200 concurrent claims of one nonce: exactly one wins', async (f, t) => {

@@ -17,6 +17,7 @@ import type { PriceTag } from '../../mcp/tools-list.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Metrics, X402PaymentResult } from '../../observability/metrics.js';
 import { refusalResult } from '../../mcp/challenge.js';
+import type { Outbox } from '../../store/outbox.js';
 import type { PaymentNonceKey, Store } from '../../store/store.js';
 import { PAYMENT_RESPONSE_META_KEY, withPaymentRequired } from './challenge.js';
 import { FacilitatorClient, FacilitatorError } from './facilitator.js';
@@ -34,6 +35,8 @@ export interface X402RailOptions {
   terms: X402Terms;
   facilitator: Facilitator;
   store: Pick<Store, 'claimPaymentNonce' | 'finishPaymentNonce'>;
+  /** SPEC §21: where a settlement's record goes (the store, or the local file while it is down); without one, straight to the store. */
+  outbox?: Pick<Outbox, 'submit'> | null;
   logger: Logger;
   metrics?: Metrics;
   /** Epoch ms. */
@@ -93,6 +96,7 @@ export class X402Rail {
   readonly terms: X402Terms;
   readonly #facilitator: Facilitator;
   readonly #store: X402RailOptions['store'];
+  readonly #outbox: Pick<Outbox, 'submit'> | null;
   readonly #logger: Logger;
   readonly #metrics: Metrics | undefined;
   readonly #clock: () => number;
@@ -103,6 +107,7 @@ export class X402Rail {
     this.terms = options.terms;
     this.#facilitator = options.facilitator;
     this.#store = options.store;
+    this.#outbox = options.outbox ?? null;
     this.#logger = options.logger;
     this.#metrics = options.metrics;
     this.#clock = options.clock ?? Date.now;
@@ -218,7 +223,7 @@ export class X402Rail {
       return { kind: 'withhold', result: this.#paymentFailed(call, settlement.errorReason ?? 'settle_failed', settlement, false) };
     }
 
-    await this.#finish(claim, 'settled', settlement.transaction);
+    await this.#recordSettled(claim, settlement.transaction);
     this.#count(call, 'settled');
     this.#logger.info(
       { evt: 'x402_payment', result: 'settled', sku: call.price.sku, tool: call.tool, network: settlement.network, amount: claim.requirements.amount, transaction: settlement.transaction, payer: shortAddress(claim.payer) },
@@ -260,6 +265,23 @@ export class X402Rail {
     const refusal = refusalResult('payment_failed', call.shape, { text, details: { errorReason: reason } });
     if (settlement) refusal._meta = { ...(refusal._meta as JsonObject), [PAYMENT_RESPONSE_META_KEY]: settlement };
     return this.challengeAdditions(call, refusal, `Settlement failed: ${reason}`);
+  }
+
+  /**
+   * The money moved: its record must reach the store (SPEC §21). Through the outbox it is stored now or
+   * queued in the local file and retried until stored; the result is delivered either way (the payer paid).
+   */
+  async #recordSettled(claim: X402Claim, transaction: string): Promise<void> {
+    if (!this.#outbox) return this.#finish(claim, 'settled', transaction);
+    const record = { ...claim.key, sku: claim.call.price.sku, tool: claim.call.tool, amount: claim.requirements.amount, transaction, at: this.#clock() };
+    try {
+      await this.#outbox.submit({ kind: 'x402_settle', record });
+    } catch (error) {
+      this.#logger.error(
+        { evt: 'x402_record_lost', sku: record.sku, tool: record.tool, network: record.network, payer: record.payer, nonce: record.nonce, amount: record.amount, transaction, code: error instanceof GatewayError ? error.code : (error as { code?: string }).code },
+        'a settled x402 payment could be written neither to the store nor to the outbox file: add its x402_settle record by hand from this line',
+      );
+    }
   }
 
   async #finish(claim: X402Claim, state: 'settled' | 'settle_failed' | 'not_settled', transaction: string | null): Promise<void> {

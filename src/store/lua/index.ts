@@ -7,6 +7,8 @@ import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE }
 import { EXPIRE_HANDLE, LEDGER_CHECKPOINT, LEDGER_PRELUDE } from './ledger.js';
 import { PRELUDE } from './prelude.js';
 import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
+import { MARK_CHARGE_READ } from './reads.js';
+import { RECORD_X402_SETTLEMENT } from './outbox.js';
 import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
 import { HOLD_TASK_RESERVATION } from './tasks.js';
 import { FINISH_PAYMENT_NONCE } from './x402.js';
@@ -33,6 +35,10 @@ const BODIES = {
   tbIndexAdd: INDEX_ADD,
   tbPruneShardDirectory: PRUNE_SHARD_DIRECTORY,
   tbFinishPaymentNonce: FINISH_PAYMENT_NONCE,
+  // the end of a provider read (Settler#awaitOtherRead)
+  tbMarkChargeRead: MARK_CHARGE_READ,
+  // the durable outbox (store/outbox.ts)
+  tbRecordX402Settlement: RECORD_X402_SETTLEMENT,
   // priced-request registry (SPEC §6.5)
   tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
   tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
