@@ -92,6 +92,7 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   const priced = classified.toolCalls.filter((toolCall) => deps.pricing.priceOf(toolCall.name) !== undefined);
   // A tasks/* request about a task holding a paid call's credit: its answer is concluded (SPEC §24).
   if (deps.anyPriced && !classified.batch && (await forwardHeldTask(deps, call, request, reply, classified, principal, sessionId))) return;
+  if (deps.anyPriced && classified.batch) await refuseHeldTasksInBatch(deps, classified, principal, sessionId);
   if (priced.length === 0 && hidden.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
   if (!classified.batch) return authorisePricedCall(deps, call, request, reply, classified.era, priced[0] as ToolCall, principal, sessionId);
   return authoriseBatch(deps, call, request, reply, classified, principal, sessionId);
@@ -142,6 +143,21 @@ async function forwardHeldTask(deps: McpPolicyDeps, call: McpCall, request: Fast
   const concluded = exchange.run().catch((error: unknown) => exchange.abandon(error));
   call.trace?.until(concluded);
   return true;
+}
+
+/**
+ * A batch may not carry a tasks/* request about a task holding a paid call's credit: its answer would
+ * share the batch's reply with others and could not be concluded on its own, so a result would go out
+ * unpaid. The whole batch is refused, nothing forwarded; the request works sent alone (§24).
+ */
+async function refuseHeldTasksInBatch(deps: McpPolicyDeps, classified: ClassifiedBody, principal: string | null, sessionId: string | undefined): Promise<void> {
+  const owner = taskOwner(principal, sessionId);
+  for (const message of classified.messages) {
+    const named = taskRequestOf(message);
+    if (named && (await deps.paywall.heldTask(named.taskId, owner))) {
+      throw new GatewayError('TB_ERR_INVALID_REQUEST', `Invalid Request: ${named.method} for a paid task cannot be sent in a batch; send it alone`);
+    }
+  }
 }
 
 /** SPEC §6.2 steps 1–6 for one priced tools/call; an authorised call is forwarded and concluded by PricedExchange.run. */

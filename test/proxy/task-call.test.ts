@@ -7,7 +7,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { hashHandle } from '../../src/paywall/handles.js';
-import { waitFor } from '../helpers/clock.js';
+import { waitFor, wallClock } from '../helpers/clock.js';
 import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startTaskUpstream, type TaskUpstream } from '../helpers/task-upstream.js';
 
@@ -133,4 +133,46 @@ t.test('a task belongs to the session that created it: another session asking fo
   const owner = await post('session-a', 'tasks/result', { taskId });
   t.equal(owner.result.content[0].text, `done:${taskId}`);
   t.equal(owner.result._meta['xyz.tollbooth/receipt'].remaining, 2);
+});
+
+t.test('a held task asked for inside a legacy batch: refused with a JSON-RPC error, nothing forwarded, the credit still held', async (t) => {
+  const gateway = await startTestGateway(t, priced());
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'batched', tollboothToken: handle });
+  await upstream.finish(taskId, 'completed');
+  const before = upstream.bodies.length;
+  const response = await fetch(gateway.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-03-26' },
+    body: JSON.stringify([
+      { jsonrpc: '2.0', id: 'r', method: 'tasks/result', params: { taskId } },
+      { jsonrpc: '2.0', id: 'g', method: 'tasks/get', params: { taskId } },
+    ]),
+  });
+  const text = await response.text();
+  t.notMatch(text, `done:${taskId}`, 'no result in the answer');
+  const body = JSON.parse(text) as Json;
+  const errors = (Array.isArray(body) ? body : [body]).map((message: Json) => message.error?.code);
+  t.ok(errors.length > 0 && errors.every((code) => typeof code === 'number'), 'answered with JSON-RPC errors');
+  t.equal(upstream.bodies.length, before, 'nothing forwarded');
+  t.equal(await researchBalance(gateway, handle), 2, 'still held');
+  t.equal(await spends(gateway, handle), 0);
+});
+
+t.test('a released task asked for after its record would have lapsed: still refused as deadline_exceeded, never forwarded as unknown', async (t) => {
+  let wall = Date.now();
+  const gateway = await startTestGateway(t, priced({ upstream: { url: upstream.url, taskDeadline: '300ms' } }), { clock: wallClock(() => wall) });
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'lapsed', tollboothToken: handle });
+  wall += 1_000;
+  await gateway.reconciler.tick();
+  t.equal(await researchBalance(gateway, handle), 3, 'released at the task deadline');
+  wall += 60 * 60_000; // an hour past the task deadline
+  await upstream.finish(taskId, 'completed');
+  const late = await getResult(client, taskId);
+  t.not(late.content?.[0]?.text, `done:${taskId}`, 'the result of a released task never goes out');
+  t.equal(late._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded');
+  t.equal(await spends(gateway, handle), 0);
 });
