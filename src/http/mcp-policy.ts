@@ -12,6 +12,7 @@ import { rpcErrorBody, sendRpcError } from '../io/error-reply.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
+import type { TaskRecord } from '../store/store.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import { rewriteToolsListMessages, type PriceTag, type ToolPricing } from '../mcp/tools-list.js';
 import { unknownToolMessage, type ToolVisibility } from '../mcp/visibility.js';
@@ -136,6 +137,7 @@ async function forwardHeldTask(deps: McpPolicyDeps, call: McpCall, request: Fast
   const held = await deps.paywall.heldTask(named.taskId, taskOwner(principal, sessionId));
   if (!held) return false;
   const id = idOf(classified.messages[0]);
+  if (sessionId !== undefined && named.method !== 'tasks/cancel') await registerTaskRequest(deps, sessionId, id, held.record);
   const resultShape = async (): Promise<ResultShape> => ({ era: classified.era, structuredContentAllowed: false });
   const exchange = new TaskExchange(deps.priced, call, reply, { ...held, method: named.method, id, resultShape });
   call.priced = exchange;
@@ -143,6 +145,20 @@ async function forwardHeldTask(deps: McpPolicyDeps, call: McpCall, request: Fast
   const concluded = exchange.run().catch((error: unknown) => exchange.abandon(error));
   call.trace?.until(concluded);
   return true;
+}
+
+/**
+ * §6.5 for a held task's tasks/result or tasks/get in a legacy session: its answer is concluded only on
+ * this request's own reply (TaskExchange). The same response turning up anywhere else — a Last-Event-ID
+ * replay of this reply, the GET stream, another request's stream — must never carry the result unpaid,
+ * so the request is registered as a released priced request before it is forwarded: the response screen
+ * drops it there, whatever the task's state (the client asks again with tasks/result and is answered on
+ * its own reply). A registry that cannot be written refuses the request (nothing forwarded).
+ */
+async function registerTaskRequest(deps: McpPolicyDeps, sessionId: string, id: JsonRpcId, record: TaskRecord): Promise<void> {
+  const { handleHash, reservationId, tool, sku, cost, charge, deadline, fingerprint, startedAt } = record;
+  await deps.registry.register(sessionId, id, { state: 'released', handleHash, reservationId, tool, sku, cost, charge, deadline, remaining: null, fingerprint, startedAt });
+  deps.registry.noteConcluded(sessionId, id, 'released');
 }
 
 /**

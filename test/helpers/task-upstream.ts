@@ -2,12 +2,15 @@
 // InMemoryTaskStore), stateless JSON, one task store shared by every request's server. Its tool `job`
 // answers a task-augmented tools/call with a task; the test decides how each task ends
 // (`finish(taskId, 'completed' | 'failed')`), or cancels it through the protocol. `tasks/result` blocks
-// until the task ends, as the SDK implements it.
+// until the task ends, as the SDK implements it. `{ resumable: true }`: sessions, SSE replies and an event
+// store instead (a client may hang up on a tasks/result and resume it with Last-Event-ID).
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { InMemoryTaskStore } from '@modelcontextprotocol/sdk/experimental/tasks/stores/in-memory.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { z } from 'zod';
+import { OrderedEventStore } from './ordered-event-store.js';
 import { listenRecording, type ReceivedCall, type RecordingUpstream } from './paid-upstream.js';
 
 export interface TaskUpstream extends RecordingUpstream {
@@ -16,7 +19,8 @@ export interface TaskUpstream extends RecordingUpstream {
   taskIds(): string[];
 }
 
-export async function startTaskUpstream(): Promise<TaskUpstream> {
+export async function startTaskUpstream(options: { resumable?: boolean } = {}): Promise<TaskUpstream> {
+  const sessions = new Map<string, StreamableHTTPServerTransport>();
   const calls: ReceivedCall[] = [];
   const bodies: string[] = [];
   const taskStore = new InMemoryTaskStore();
@@ -47,6 +51,21 @@ export async function startTaskUpstream(): Promise<TaskUpstream> {
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const raw = Buffer.concat(chunks).toString('utf8');
     if (raw) bodies.push(raw);
+    const parsed = raw ? (JSON.parse(raw) as unknown) : undefined;
+    if (options.resumable) {
+      const sessionId = req.headers['mcp-session-id'];
+      let transport = typeof sessionId === 'string' ? sessions.get(sessionId) : undefined;
+      if (!transport) {
+        const created = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), eventStore: new OrderedEventStore(), retryInterval: 100, onsessioninitialized: (id) => void sessions.set(id, created) });
+        created.onclose = () => {
+          if (created.sessionId) sessions.delete(created.sessionId);
+        };
+        await buildServer().connect(created);
+        transport = created;
+      }
+      await transport.handleRequest(req, res, parsed);
+      return;
+    }
     const server = buildServer();
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on('close', () => {
@@ -54,10 +73,11 @@ export async function startTaskUpstream(): Promise<TaskUpstream> {
       void server.close();
     });
     await server.connect(transport);
-    await transport.handleRequest(req, res, raw ? (JSON.parse(raw) as unknown) : undefined);
+    await transport.handleRequest(req, res, parsed);
   };
 
   const recording = await listenRecording(handle, calls, bodies, async () => {
+    for (const transport of sessions.values()) await transport.close().catch(() => undefined);
     taskStore.cleanup();
   });
   return {

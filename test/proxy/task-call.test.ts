@@ -9,6 +9,7 @@ import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextproto
 import { hashHandle } from '../../src/paywall/handles.js';
 import { waitFor, wallClock } from '../helpers/clock.js';
 import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { openSession, post, resume } from '../helpers/legacy-session.js';
 import { startTaskUpstream, type TaskUpstream } from '../helpers/task-upstream.js';
 
 type Json = Record<string, any>;
@@ -175,4 +176,33 @@ t.test('a released task asked for after its record would have lapsed: still refu
   t.not(late.content?.[0]?.text, `done:${taskId}`, 'the result of a released task never goes out');
   t.equal(late._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded');
   t.equal(await spends(gateway, handle), 0);
+});
+
+t.test('a released task\'s result replayed on a resumed stream (Last-Event-ID) is withheld, never delivered free', async (t) => {
+  const resumable = await startTaskUpstream({ resumable: true });
+  t.teardown(() => resumable.close());
+  let wall = Date.now();
+  const gateway = await startTestGateway(t, testConfig(resumable.url, { tools: { job: { sku: 'research', cost: 1 } }, upstream: { url: resumable.url, taskDeadline: '300ms' } }), { clock: wallClock(() => wall) });
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const session = await openSession(gateway.url);
+  const creation = await post(session, { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'job', arguments: { name: 'replayed', tollboothToken: handle }, task: { ttl: 600_000 } } });
+  const taskId = (await creation.responseFor(1))?.result?.task?.taskId as string;
+  t.ok(taskId, 'a task was created');
+  wall += 1_000;
+  await gateway.reconciler.tick();
+  t.equal(await researchBalance(gateway, handle), 3, 'released at the task deadline');
+  await resumable.finish(taskId, 'completed');
+
+  const asked = await post(session, { jsonrpc: '2.0', id: 2, method: 'tasks/result', params: { taskId } });
+  const answer = await asked.responseFor(2);
+  t.equal(answer?.result?._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'the own answer is the refusal');
+  const lastEventId = asked.events.find((event) => event.id)?.id;
+  t.ok(lastEventId, 'the reply carried an event id to resume from');
+
+  const replay = await resume(session, lastEventId as string);
+  const replayed: string[] = [];
+  for (let event = await replay.next(2_000); event; event = await replay.next(500)) if (event.data) replayed.push(event.data);
+  replay.abort();
+  t.notOk(replayed.some((data) => data.includes(`done:${taskId}`)), 'the upstream\'s result is not replayed to the client');
+  t.equal(await spends(gateway, handle), 0, 'nothing spent');
 });
