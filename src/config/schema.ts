@@ -97,6 +97,8 @@ const upstreamSchema = z
       .default({}),
     headers: z.record(z.string(), z.string()).default({}),
     callDeadline: duration.default(20_000),
+    /** A priced call answered with a task holds its credit at most this long (then released). */
+    taskDeadline: duration.default(3_600_000),
     maxResponseBytes: byteSize.default(16 * 1024 ** 2),
   })
   .superRefine((value, ctx) => {

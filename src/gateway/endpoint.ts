@@ -55,6 +55,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
       handleTtlMs: config.handles.ttl,
       chargeTtlMs: config.payments.chargeTtl,
       callDeadlineMs: endpoint.upstream.callDeadline,
+      taskDeadlineMs: endpoint.upstream.taskDeadline,
       perHandle: config.limits.perHandle,
       challengesPerClient: config.limits.challengesPerClient,
       newChargesPerSecond: config.limits.newChargesPerSecond,

@@ -12,6 +12,7 @@ import { rpcErrorBody, sendRpcError } from '../io/error-reply.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
+import type { TaskRecord } from '../store/store.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import { rewriteToolsListMessages, type PriceTag, type ToolPricing } from '../mcp/tools-list.js';
 import { unknownToolMessage, type ToolVisibility } from '../mcp/visibility.js';
@@ -25,6 +26,8 @@ import type { McpCall } from '../proxy/call-state.js';
 import { isJson, isPlainJson } from '../proxy/headers.js';
 import { PricedExchange, type PricedCallDeps, type Registration } from '../proxy/priced-call.js';
 import type { PricedRequests } from '../proxy/priced-requests.js';
+import { TaskExchange, taskRequestOf } from '../proxy/task-call.js';
+import { taskOwner } from '../paywall/tasks.js';
 import { parseJsonOrUndefined } from '../io/json.js';
 
 export interface Authenticator {
@@ -88,6 +91,9 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   const hiddenCall = hidden[0];
   if (hiddenCall !== undefined && !classified.batch) return void sendRpcError(reply, unknownTool(hiddenCall), hiddenCall.request.id ?? null);
   const priced = classified.toolCalls.filter((toolCall) => deps.pricing.priceOf(toolCall.name) !== undefined);
+  // A tasks/* request about a task holding a paid call's credit: its answer is concluded (SPEC §24).
+  if (deps.anyPriced && !classified.batch && (await forwardHeldTask(deps, call, request, reply, classified, principal, sessionId))) return;
+  if (deps.anyPriced && classified.batch) await refuseHeldTasksInBatch(deps, classified, principal, sessionId);
   if (priced.length === 0 && hidden.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
   if (!classified.batch) return authorisePricedCall(deps, call, request, reply, classified.era, priced[0] as ToolCall, principal, sessionId);
   return authoriseBatch(deps, call, request, reply, classified, principal, sessionId);
@@ -122,6 +128,52 @@ function withoutTokenArguments(deps: McpPolicyDeps, classified: ClassifiedBody, 
     return toolCall ? withoutTokenArgument(toolCall, argumentName) : message;
   });
   return classified.batch ? stripped : stripped[0];
+}
+
+/** True when the request names a task holding a reservation: it is then forwarded as is and concluded by TaskExchange. */
+async function forwardHeldTask(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, reply: FastifyReply, classified: ClassifiedBody, principal: string | null, sessionId: string | undefined): Promise<boolean> {
+  const named = taskRequestOf(classified.messages[0]);
+  if (!named) return false;
+  const held = await deps.paywall.heldTask(named.taskId, taskOwner(principal, sessionId));
+  if (!held) return false;
+  const id = idOf(classified.messages[0]);
+  if (sessionId !== undefined && named.method !== 'tasks/cancel') await registerTaskRequest(deps, sessionId, id, held.record);
+  const resultShape = async (): Promise<ResultShape> => ({ era: classified.era, structuredContentAllowed: false });
+  const exchange = new TaskExchange(deps.priced, call, reply, { ...held, method: named.method, id, resultShape });
+  call.priced = exchange;
+  request.body = forwardedBody(request, classified.messages[0]);
+  const concluded = exchange.run().catch((error: unknown) => exchange.abandon(error));
+  call.trace?.until(concluded);
+  return true;
+}
+
+/**
+ * §6.5 for a held task's tasks/result or tasks/get in a legacy session: its answer is concluded only on
+ * this request's own reply (TaskExchange). The same response turning up anywhere else — a Last-Event-ID
+ * replay of this reply, the GET stream, another request's stream — must never carry the result unpaid,
+ * so the request is registered as a released priced request before it is forwarded: the response screen
+ * drops it there, whatever the task's state (the client asks again with tasks/result and is answered on
+ * its own reply). A registry that cannot be written refuses the request (nothing forwarded).
+ */
+async function registerTaskRequest(deps: McpPolicyDeps, sessionId: string, id: JsonRpcId, record: TaskRecord): Promise<void> {
+  const { handleHash, reservationId, tool, sku, cost, charge, deadline, fingerprint, startedAt } = record;
+  await deps.registry.register(sessionId, id, { state: 'released', handleHash, reservationId, tool, sku, cost, charge, deadline, remaining: null, fingerprint, startedAt });
+  deps.registry.noteConcluded(sessionId, id, 'released');
+}
+
+/**
+ * A batch may not carry a tasks/* request about a task holding a paid call's credit: its answer would
+ * share the batch's reply with others and could not be concluded on its own, so a result would go out
+ * unpaid. The whole batch is refused, nothing forwarded; the request works sent alone (§24).
+ */
+async function refuseHeldTasksInBatch(deps: McpPolicyDeps, classified: ClassifiedBody, principal: string | null, sessionId: string | undefined): Promise<void> {
+  const owner = taskOwner(principal, sessionId);
+  for (const message of classified.messages) {
+    const named = taskRequestOf(message);
+    if (named && (await deps.paywall.heldTask(named.taskId, owner))) {
+      throw new GatewayError('TB_ERR_INVALID_REQUEST', `Invalid Request: ${named.method} for a paid task cannot be sent in a batch; send it alone`);
+    }
+  }
 }
 
 /** SPEC §6.2 steps 1–6 for one priced tools/call; an authorised call is forwarded and concluded by PricedExchange.run. */
@@ -221,7 +273,8 @@ function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, tool
     const declares = await deps.catalog.declaresOutputSchema(toolCall.name).catch(() => undefined);
     return { era, structuredContentAllowed: declares === false };
   };
-  return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id };
+  const taskOwnerOf = taskOwner(principal, era === 'legacy' ? sessionOf(request) : undefined);
+  return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id, taskOwner: taskOwnerOf };
 }
 
 /** Resolves with the principal (null when auth is off) and sets what the caller may see in tools/list; throws TB_ERR_UNAUTHENTICATED (401) / TB_ERR_INSUFFICIENT_SCOPE (403) with its WWW-Authenticate. */

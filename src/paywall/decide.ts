@@ -12,7 +12,8 @@ import { recordPaidCall } from '../observability/tracing.js';
 import { ProviderError, type PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
-import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store } from '../store/store.js';
+import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store, TaskKey, TaskRecord } from '../store/store.js';
+import { taskEnd, type TaskMethod } from './tasks.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason } from '../mcp/challenge.js';
 import { resultKind } from '../mcp/result-kind.js';
 import { challengeThrottleKey } from './client-key.js';
@@ -26,6 +27,8 @@ export interface PaywallSettings {
   handleTtlMs: number;
   chargeTtlMs: number;
   callDeadlineMs: number;
+  /** How long a priced call answered with a task may hold its credit (upstream.taskDeadline; default 1h). */
+  taskDeadlineMs?: number;
   perHandle: { ratePerSecond: number; burst: number };
   challengesPerClient: { ratePerSecond: number; burst: number };
   /** §6.2 step 2: new checkout links per second over every replica (the provider's rate budget). */
@@ -57,6 +60,7 @@ const DEADLINE_CHARGED = 'The tool did not finish in time and was stopped; the u
 const FAILED_CHARGED = 'The tool server accepted the call but its answer could not be read; the credit was spent. Retry later.';
 
 const OPENING_WAIT_MS = 5_000;
+const DEFAULT_TASK_DEADLINE_MS = 3_600_000;
 const OPENING_POLL_MS = 50;
 /** The store bucket of the global cap on new charges (client keys start with "p:" or "ip:", so never this). */
 const NEW_CHARGES_BUCKET = 'global:new-charges';
@@ -141,7 +145,10 @@ export class Paywall {
     const { sku, cost, charge } = priced.price;
     // An input_required answer is not a finished result, whatever the charge policy: released, passed on
     // as it came (no receipt); the client's continuation is the call that pays (§24).
-    const unfinished = outcome.kind === 'answered' && resultKind(outcome.message).kind === 'input_required';
+    const kind = outcome.kind === 'answered' ? resultKind(outcome.message) : null;
+    // A task: the credit stays reserved until the task's outcome (§24); the creation answer goes as it came.
+    if (kind?.kind === 'task' && held.kind === 'reserved' && outcome.kind === 'answered') return this.#holdTask(priced, held, outcome.message, kind.taskId);
+    const unfinished = kind?.kind === 'input_required';
     const succeeded = outcome.kind === 'answered' && !unfinished && isSuccess(outcome.message);
     const accepted = !unfinished && (outcome.kind === 'answered' || (outcome.kind !== 'http_refusal' && outcome.accepted));
     const keep = charge === 'attempt' ? accepted : succeeded;
@@ -155,6 +162,73 @@ export class Paywall {
 
     const state = settled.state;
     return { state, message: await this.#finalMessage(priced, outcome, succeeded, settled) };
+  }
+
+  async #holdTask(priced: PricedCall, held: Extract<HeldCall, { kind: 'reserved' }>, message: JsonRpcResponse, taskId: string): Promise<Conclusion> {
+    const { sku, cost, charge } = priced.price;
+    const id = priced.call.request.id ?? null;
+    const record: TaskRecord = {
+      handleHash: held.handleHash,
+      reservationId: held.reservationId,
+      tool: this.#recordedTool(priced.call.name),
+      sku,
+      cost,
+      charge,
+      owner: priced.taskOwner ?? '',
+      deadline: this.#deps.now() + (this.#deps.settings.taskDeadlineMs ?? DEFAULT_TASK_DEADLINE_MS),
+      fingerprint: held.facts.tokenFingerprint,
+      startedAt: priced.startedAt,
+    };
+    try {
+      if (await this.#deps.store.holdTask({ scope: this.#server, taskId }, record)) return { state: 'held', message };
+      // The reservation was released before the task was recorded (the call deadline): the task is not paid for.
+      this.#logCall(priced, 'deadline_exceeded', held.facts, 0);
+      return { state: 'released', message: { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) } };
+    } catch (error) {
+      // The reservation keeps its call deadline: the reconciler releases it. The task id is withheld (fail closed).
+      this.#countStoreFailure(priced.reqId, error, 'holdTask');
+      return { state: 'unknown', message: { jsonrpc: '2.0', id, result: refusalResult('payments_unavailable', await priced.resultShape()) } };
+    }
+  }
+
+  /**
+   * §24: the task a tasks/* request names, when it holds a priced call's reservation on this endpoint
+   * (null: an unpriced task, passed through as it is). A task created by someone else is answered as
+   * unknown (TB_ERR_INVALID_PARAMS), disclosing nothing. A store failure throws (the caller refuses).
+   */
+  async heldTask(taskId: string, owner: string): Promise<{ key: TaskKey; record: TaskRecord } | null> {
+    const key = { scope: this.#server, taskId };
+    const record = await this.#deps.store.getTask(key);
+    if (!record) return null;
+    if (record.owner !== '' && record.owner !== owner) throw new GatewayError('TB_ERR_INVALID_PARAMS', 'Unknown task: no task with that id belongs to this caller');
+    return { key, record };
+  }
+
+  /**
+   * §24: an answer to tasks/result, tasks/get or tasks/cancel about a task holding a reservation. A
+   * delivered result is committed (by the charge policy) and goes with its receipt; failed or cancelled
+   * releases; anything else passes as it came. A result whose credit cannot be committed (released at
+   * the task deadline, or the store failed) never goes out: a refusal replaces it.
+   */
+  async concludeTask(key: TaskKey, record: TaskRecord, method: TaskMethod, message: JsonRpcResponse, resultShape: PricedCall['resultShape']): Promise<JsonRpcResponse> {
+    const end = taskEnd(method, message);
+    if (end.kind === 'open') return message;
+    const { sku, cost } = record;
+    const pastDeadline = this.#deps.now() > record.deadline;
+    const delivers = end.kind === 'result' && end.succeeded;
+    const keep = !pastDeadline && (record.charge === 'attempt' ? end.kind !== 'cancelled' : delivers);
+    const settled = await this.#settle(record.handleHash, record.reservationId, keep, null, { sku, cost, tool: record.tool });
+    if (settled.ours) {
+      const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : delivers ? 'authorised' : 'upstream_error';
+      this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
+    }
+    // Committed: a later tasks/result reads a result already paid for, so the record goes. Released: it
+    // stays (until its lifetime ends), so a result that turns up after all finds nothing to commit.
+    if (settled.ours && settled.state === 'committed') this.#background('endTask', this.#deps.store.endTask(key));
+    if (settled.state === 'committed') return delivers ? withReceipt(message, { sku, cost, remaining: settled.remaining }) : message;
+    if (!delivers) return message; // a failure, a cancellation: nothing to withhold
+    const reason = settled.state === 'unknown' ? 'payments_unavailable' : 'deadline_exceeded';
+    return { jsonrpc: '2.0', id: message.id ?? null, result: refusalResult(reason, await resultShape()) };
   }
 
   async #finalMessage(priced: PricedCall, outcome: CallOutcome, succeeded: boolean, settled: Settled): Promise<JsonRpcResponse | null> {

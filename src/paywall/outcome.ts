@@ -22,6 +22,8 @@ export interface PricedCall {
    */
   resultShape: () => Promise<ResultShape>;
   startedAt: number;
+  /** Who owns a task this call creates (paywall/tasks.ts taskOwner); '' when nobody can be told apart. */
+  taskOwner?: string;
   /** The HTTP request's id, carried on this call's log lines. */
   reqId?: string;
 }
@@ -60,6 +62,7 @@ export type CallOutcome =
 
 /** How a priced call ended: the message to send (null: the upstream's 4xx went as it came) and where its credit went ('unknown': the store failed). */
 export interface Conclusion {
-  state: 'committed' | 'released' | 'unknown';
+  /** 'held': answered with a task; the reservation stays open until the task's outcome (SPEC §24). */
+  state: 'committed' | 'released' | 'unknown' | 'held';
   message: JsonRpcResponse | null;
 }

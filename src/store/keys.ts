@@ -141,6 +141,11 @@ export class KeySpace {
     return `${this.prefix}{pr:${sessionHash}}`;
   }
 
+  /** String: a task holding a reservation (JSON TaskRecord), by a hash of its endpoint and the upstream's task id (any text). */
+  task(scopedTaskHash: string): string {
+    return `${this.prefix}{task:${scopedTaskHash}}`;
+  }
+
   /** String: a claimed provider event. The id is hashed: it is any printable text (braces included) up to 200 characters. */
   event(source: string, eventId: string): string {
     return `${this.prefix}{ev:${createHash('sha256').update(`${source}\n${eventId}`).digest('hex')}}`;

@@ -9,6 +9,7 @@
 // access or the sweep): its `expire` ledger entries and the loss of its credits happen together.
 
 import { GatewayError } from '../errors.js';
+import { TASK_RECORD_GRACE_MS, taskHash } from './task-keys.js';
 import {
   HANDLE_GRACE_MS,
   LEDGER_RETENTION_MS,
@@ -28,7 +29,7 @@ import {
 } from './policy.js';
 import { entryHash, GENESIS_HASH } from './ledger-chain.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
-  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
 const SWEEP_INTERVAL_MS = 60_000;
@@ -100,6 +101,7 @@ export class MemoryStore implements Store {
   private readonly devLinks = new Map<string, DevLink>();
   /** Priced-request registry: session hash → its forwarded priced requests (one lifetime per session). */
   private readonly pricedRequests = new Map<string, { expiresAt: number; requests: Map<string, PricedRequestRecord> }>();
+  private readonly tasks = new Map<string, { record: TaskRecord; expiresAt: number }>();
   private nextSweepAt: number;
   private readonly orphans = new Map<string, OrphanPayment>();
   /** Replies of money operations by operation, for a re-run of the same attempt (SPEC §21; Store's `Attempt`). */
@@ -708,6 +710,31 @@ export class MemoryStore implements Store {
   }
 
   // ── end of sessions bound to principals ──────────────────────────────────────────────────────────
+
+  // ── tasks holding a reservation ──────────────────────────────────────────────────────────────────
+
+  async holdTask(key: TaskKey, record: TaskRecord): Promise<boolean> {
+    const now = this.now();
+    const reservation = this.liveHandle(record.handleHash, now)?.reservations.get(record.reservationId);
+    if (!reservation) return false;
+    reservation.deadline = record.deadline; // the stale sweep releases it at the task deadline
+    this.tasks.set(taskHash(key), { record: { ...record }, expiresAt: record.deadline + TASK_RECORD_GRACE_MS });
+    return true;
+  }
+
+  async getTask(key: TaskKey): Promise<TaskRecord | null> {
+    const entry = this.tasks.get(taskHash(key));
+    if (!entry) return null;
+    if (entry.expiresAt > this.now()) return { ...entry.record };
+    this.tasks.delete(taskHash(key));
+    return null;
+  }
+
+  async endTask(key: TaskKey): Promise<void> {
+    this.tasks.delete(taskHash(key));
+  }
+
+  // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
 
   /** Sizes of every map, for tests and debugging (not part of Store). */
   stats(): { handles: number; reservations: number; charges: number; challengeBuckets: number; leases: number; devLinks: number; ledgers: number } {

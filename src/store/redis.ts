@@ -13,6 +13,7 @@ import { withBudget } from '../io/budget.js';
 import type { Logger } from '../observability/logger.js';
 import { indexMember, KeySpace, parseIndexMember, tagValue } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
+import { TASK_RECORD_GRACE_MS, taskHash } from './task-keys.js';
 import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
 import { parseStreamEntry, parseStreamId, streamBounds, type StreamItem } from './ledger-stream.js';
 import { errorMessage, openRedisClient, type RedisClient } from './redis-connection.js';
@@ -29,7 +30,7 @@ import {
   newPaymentNonceRecord,
 } from './policy.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
-  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
+  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
 /** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
@@ -722,6 +723,35 @@ export class RedisStore implements Store {
   }
 
   // ── end of sessions bound to principals ──────────────────────────────────────────────────────────
+
+  // ── tasks holding a reservation (lua/tasks.ts) ───────────────────────────────────────────────────
+  // The record is written first (a lookup must find it before the client can ask), then the
+  // reservation is held; if that finds it gone, the record goes too. A crash in between leaves a
+  // record whose reservation the reconciler releases at its first deadline: the task's result is then
+  // withheld (its commit finds nothing), never delivered free.
+
+  async holdTask(key: TaskKey, record: TaskRecord): Promise<boolean> {
+    const now = this.now();
+    const taskKey = this.keys.task(taskHash(key));
+    await this.call('holdTask', () => this.client.set(taskKey, JSON.stringify(record), 'PX', Math.max(1, record.deadline - now + TASK_RECORD_GRACE_MS)));
+    const k = this.keys.handle(record.handleHash);
+    const index = this.keys.reservationIndexOf(record.handleHash, this.clustered);
+    const member = indexMember(record.handleHash, record.reservationId);
+    const held = Number(await this.call('holdTask', () => this.run('tbHoldTaskReservation', [k.handle, k.reservations, index], [record.reservationId, member, record.deadline, now])));
+    if (held !== 1) await this.call('endTask', () => this.client.del(taskKey));
+    return held === 1;
+  }
+
+  async getTask(key: TaskKey): Promise<TaskRecord | null> {
+    const raw = await this.call('getTask', () => this.client.get(this.keys.task(taskHash(key))));
+    return raw ? (JSON.parse(raw) as TaskRecord) : null;
+  }
+
+  async endTask(key: TaskKey): Promise<void> {
+    await this.call('endTask', () => this.client.del(this.keys.task(taskHash(key))));
+  }
+
+  // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
 
   // ── internals ────────────────────────────────────────────────────────────────────────────────────
 

@@ -263,6 +263,37 @@ export interface Store {
   /** The principal a session is bound to, or null; a binding found is kept ttlMs from now (sliding). */
   sessionPrincipal(sessionHash: string, ttlMs: number): Promise<string | null>;
   // ── end of sessions bound to principals ────────────────────────────────────────────────────────
+  // ── tasks holding a reservation (a priced call answered with a task; src/store/lua/tasks.ts) ──
+  /**
+   * Records the task and holds its call's reservation until `record.deadline` (the reconciler's stale
+   * sweep releases it then). False when the reservation is already gone (nothing is recorded).
+   */
+  holdTask(key: TaskKey, record: TaskRecord): Promise<boolean>;
+  getTask(key: TaskKey): Promise<TaskRecord | null>;
+  /** Forgets the task (its reservation was committed or released). */
+  endTask(key: TaskKey): Promise<void>;
+  // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
+}
+
+/** A task the upstream created for a priced call: the endpoint it was created on and the upstream's task id. */
+export interface TaskKey {
+  scope: string;
+  taskId: string;
+}
+
+export interface TaskRecord {
+  handleHash: string;
+  reservationId: string;
+  tool: string;
+  sku: string;
+  cost: number;
+  charge: 'success' | 'attempt';
+  /** Who created it: `p:<principal>` in oauth mode, else `s:<session hash>` for a legacy session, else '' (anyone holding the task id). */
+  owner: string;
+  /** Epoch ms: upstream.taskDeadline after the creation; past it the reservation is released. */
+  deadline: number;
+  fingerprint: string | null;
+  startedAt: number;
 }
 
 /** A payment the provider reports for a charge the store does not know (SPEC §21). */

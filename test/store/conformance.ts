@@ -389,6 +389,25 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.store.commit(handleHash, 'live'), 9, 'a reservation inside its deadline is kept');
   });
 
+  behaviour('holdTask keeps a reservation past its call deadline until the task deadline; getTask and endTask', async (f, t) => {
+    const handleHash = await f.handle({ credits: 10 });
+    const now = f.clock.now();
+    await f.spend(handleHash, { reservationId: 'task-held', reservationDeadline: now + 1_000 });
+    const key = { scope: 'default', taskId: randomId('task {with} braces ') };
+    const record = { handleHash, reservationId: 'task-held', tool: 'job', sku: SKU, cost: 1, charge: 'success' as const, owner: 's:abc', deadline: now + HOUR, fingerprint: null, startedAt: now };
+    t.equal(await f.store.holdTask(key, record), true);
+    t.same(await f.store.getTask(key), record);
+    t.equal(await f.store.getTask({ scope: 'other', taskId: key.taskId }), null, 'scoped by endpoint');
+    t.equal(await f.store.releaseStaleReservations(now + 10_000, 10), 0, 'past the call deadline the task still holds it');
+    t.equal(await f.balance(handleHash), 9);
+    t.equal(await f.store.releaseStaleReservations(now + HOUR + 1, 10), 1, 'past the task deadline it is released');
+    t.equal(await f.balance(handleHash), 10);
+    t.equal(await f.store.holdTask({ scope: 'default', taskId: 'gone' }, record), false, 'a reservation already gone is not held');
+    t.equal(await f.store.getTask({ scope: 'default', taskId: 'gone' }), null, 'and nothing is recorded for it');
+    await f.store.endTask(key);
+    t.equal(await f.store.getTask(key), null);
+  });
+
   behaviour('a reservation at exactly its deadline is not stale yet', async (f, t) => {
     const handleHash = await f.handle({ credits: 1 });
     const deadline = f.clock.now() + 1_000;

@@ -12,6 +12,7 @@ import { RECORD_X402_SETTLEMENT } from './outbox.js';
 import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
 import { once } from './operations.js';
 import { CLAIM_PAYMENT_NONCE, FINISH_PAYMENT_NONCE } from './x402.js';
+import { HOLD_TASK_RESERVATION } from './tasks.js';
 
 const BODIES = {
   tbCreateHandle: CREATE_HANDLE,
@@ -46,6 +47,8 @@ const BODIES = {
   // sessions bound to principals (SPEC §20)
   tbBindSession: BIND_SESSION,
   tbSessionPrincipal: SESSION_PRINCIPAL,
+  // tasks holding a reservation (SPEC §24)
+  tbHoldTaskReservation: HOLD_TASK_RESERVATION,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;

@@ -1,0 +1,208 @@
+// A priced tools/call answered with a task (SDK v1 1.32's experimental tasks, 2025-11-25 task-augmented
+// calls): the reservation is held past the creation answer and concluded on the task's end — committed
+// when its result is delivered (tasks/result), released when it fails, is cancelled, or outlives
+// upstream.taskDeadline. Real SDK v1 client and server, a real gateway.
+import t, { type Test } from 'tap';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { hashHandle } from '../../src/paywall/handles.js';
+import { waitFor, wallClock } from '../helpers/clock.js';
+import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
+import { openSession, post, resume } from '../helpers/legacy-session.js';
+import { startTaskUpstream, type TaskUpstream } from '../helpers/task-upstream.js';
+
+type Json = Record<string, any>;
+
+let upstream: TaskUpstream;
+t.before(async () => {
+  upstream = await startTaskUpstream();
+});
+t.teardown(() => upstream.close());
+
+const priced = (overrides: Json = {}) => testConfig(upstream.url, { tools: { job: { sku: 'research', cost: 1 } }, ...overrides });
+
+async function connect(t: Test, gateway: TestGateway): Promise<Client> {
+  const client = new Client({ name: 'task-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
+  t.teardown(() => client.close());
+  return client;
+}
+
+async function createTask(client: Client, args: Json): Promise<string> {
+  const created = await client.request({ method: 'tools/call', params: { name: 'job', arguments: args, task: { ttl: 600_000 } } }, CreateTaskResultSchema);
+  return created.task.taskId;
+}
+
+const spends = async (gateway: TestGateway, handle: string) =>
+  (await gateway.store.ledgerTail(hashHandle(handle, gateway.config.handles.hashSecret), 100)).filter((entry) => entry.kind === 'spend').length;
+
+const getResult = (client: Client, taskId: string) => client.request({ method: 'tasks/result', params: { taskId } }, CallToolResultSchema) as Promise<Json>;
+
+t.test('completed: the creation holds the credit; tasks/result commits it once, with the receipt', async (t) => {
+  const gateway = await startTestGateway(t, priced());
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'a', tollboothToken: handle });
+  t.equal(await researchBalance(gateway, handle), 2, 'the credit is held while the task runs');
+  t.equal(await spends(gateway, handle), 0, 'nothing spent at creation');
+
+  await upstream.finish(taskId, 'completed');
+  const result = await getResult(client, taskId);
+  t.equal(result.content[0].text, `done:${taskId}`);
+  t.same(result._meta['xyz.tollbooth/receipt'], { sku: 'research', cost: 1, remaining: 2 }, 'the result carries the receipt');
+  t.equal(await spends(gateway, handle), 1, 'one spend');
+
+  const again = await getResult(client, taskId);
+  t.equal(again.content[0].text, `done:${taskId}`, 'a second read gets the result it paid for');
+  t.equal(await researchBalance(gateway, handle), 2, 'charged once');
+  t.equal(await spends(gateway, handle), 1);
+});
+
+t.test('failed: released, the failure passed on', async (t) => {
+  const gateway = await startTestGateway(t, priced());
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'b', tollboothToken: handle });
+  await upstream.finish(taskId, 'failed');
+  const result = await getResult(client, taskId);
+  t.equal(result.isError, true);
+  t.notOk(result._meta?.['xyz.tollbooth/receipt'], 'no receipt');
+  t.equal(await researchBalance(gateway, handle), 3, 'the credit is back');
+  t.equal(await spends(gateway, handle), 0);
+});
+
+t.test('cancelled: released', async (t) => {
+  const gateway = await startTestGateway(t, priced());
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'c', tollboothToken: handle });
+  const cancelled = (await client.experimental.tasks.cancelTask(taskId)) as Json;
+  t.equal(cancelled.status, 'cancelled');
+  t.equal(await researchBalance(gateway, handle), 3, 'the credit is back');
+  t.equal(await spends(gateway, handle), 0);
+});
+
+t.test('past upstream.taskDeadline: the reconciler releases it, and a late result is withheld', async (t) => {
+  const gateway = await startTestGateway(t, priced({ upstream: { url: upstream.url, taskDeadline: '300ms' } }));
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'd', tollboothToken: handle });
+  const createdAt = Date.now();
+  await waitFor(async () => Date.now() > createdAt + 400 && (await gateway.reconciler.tick(), (await researchBalance(gateway, handle)) === 3), 'the held credit released');
+  t.equal(await researchBalance(gateway, handle), 3);
+  await upstream.finish(taskId, 'completed');
+  const late = await getResult(client, taskId);
+  t.not(late.content?.[0]?.text, `done:${taskId}`, 'the result of a task whose credit was released never goes out');
+  t.equal(late._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded');
+  t.equal(await spends(gateway, handle), 0);
+});
+
+t.test('an unpriced task-capable tool passes through unchanged', async (t) => {
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { tools: { other: { sku: 'research', cost: 1 } } }));
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'free' });
+  await upstream.finish(taskId, 'completed');
+  const result = await getResult(client, taskId);
+  t.equal(result.content[0].text, `done:${taskId}`);
+  t.notOk(result._meta?.['xyz.tollbooth/receipt']);
+});
+
+t.test('a task belongs to the session that created it: another session asking for it is refused, nothing forwarded', async (t) => {
+  const gateway = await startTestGateway(t, priced());
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  let nextId = 1;
+  const post = async (session: string, method: string, params: Json): Promise<Json> => {
+    const response = await fetch(gateway.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25', 'mcp-session-id': session },
+      body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
+    });
+    return (await response.json()) as Json;
+  };
+  const created = await post('session-a', 'tools/call', { name: 'job', arguments: { name: 'owned', tollboothToken: handle }, task: { ttl: 600_000 } });
+  const taskId = created.result.task.taskId as string;
+  await upstream.finish(taskId, 'completed');
+  const before = upstream.bodies.length;
+
+  const stranger = await post('session-b', 'tasks/result', { taskId });
+  t.equal(stranger.error?.code, -32602, 'answered as an unknown task');
+  t.notOk(stranger.result, 'no result');
+  t.equal(upstream.bodies.length, before, 'nothing forwarded');
+  t.equal(await researchBalance(gateway, handle), 2, 'still held');
+
+  const owner = await post('session-a', 'tasks/result', { taskId });
+  t.equal(owner.result.content[0].text, `done:${taskId}`);
+  t.equal(owner.result._meta['xyz.tollbooth/receipt'].remaining, 2);
+});
+
+t.test('a held task asked for inside a legacy batch: refused with a JSON-RPC error, nothing forwarded, the credit still held', async (t) => {
+  const gateway = await startTestGateway(t, priced());
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'batched', tollboothToken: handle });
+  await upstream.finish(taskId, 'completed');
+  const before = upstream.bodies.length;
+  const response = await fetch(gateway.url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-03-26' },
+    body: JSON.stringify([
+      { jsonrpc: '2.0', id: 'r', method: 'tasks/result', params: { taskId } },
+      { jsonrpc: '2.0', id: 'g', method: 'tasks/get', params: { taskId } },
+    ]),
+  });
+  const text = await response.text();
+  t.notMatch(text, `done:${taskId}`, 'no result in the answer');
+  const body = JSON.parse(text) as Json;
+  const errors = (Array.isArray(body) ? body : [body]).map((message: Json) => message.error?.code);
+  t.ok(errors.length > 0 && errors.every((code) => code === -32600), 'answered with Invalid Request');
+  t.equal(upstream.bodies.length, before, 'nothing forwarded');
+  t.equal(await researchBalance(gateway, handle), 2, 'still held');
+  t.equal(await spends(gateway, handle), 0);
+});
+
+t.test('a released task asked for after its record would have lapsed: still refused as deadline_exceeded, never forwarded as unknown', async (t) => {
+  let wall = Date.now();
+  const gateway = await startTestGateway(t, priced({ upstream: { url: upstream.url, taskDeadline: '300ms' } }), { clock: wallClock(() => wall) });
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const taskId = await createTask(client, { name: 'lapsed', tollboothToken: handle });
+  wall += 1_000;
+  await gateway.reconciler.tick();
+  t.equal(await researchBalance(gateway, handle), 3, 'released at the task deadline');
+  wall += 60 * 60_000; // an hour past the task deadline
+  await upstream.finish(taskId, 'completed');
+  const late = await getResult(client, taskId);
+  t.not(late.content?.[0]?.text, `done:${taskId}`, 'the result of a released task never goes out');
+  t.equal(late._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded');
+  t.equal(await spends(gateway, handle), 0);
+});
+
+t.test('a released task\'s result replayed on a resumed stream (Last-Event-ID) is withheld, never delivered free', async (t) => {
+  const resumable = await startTaskUpstream({ resumable: true });
+  t.teardown(() => resumable.close());
+  let wall = Date.now();
+  const gateway = await startTestGateway(t, testConfig(resumable.url, { tools: { job: { sku: 'research', cost: 1 } }, upstream: { url: resumable.url, taskDeadline: '300ms' } }), { clock: wallClock(() => wall) });
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const session = await openSession(gateway.url);
+  const creation = await post(session, { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'job', arguments: { name: 'replayed', tollboothToken: handle }, task: { ttl: 600_000 } } });
+  const taskId = (await creation.responseFor(1))?.result?.task?.taskId as string;
+  t.ok(taskId, 'a task was created');
+  wall += 1_000;
+  await gateway.reconciler.tick();
+  t.equal(await researchBalance(gateway, handle), 3, 'released at the task deadline');
+  await resumable.finish(taskId, 'completed');
+
+  const asked = await post(session, { jsonrpc: '2.0', id: 2, method: 'tasks/result', params: { taskId } });
+  const answer = await asked.responseFor(2);
+  t.equal(answer?.result?._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'the own answer is the refusal');
+  const lastEventId = asked.events.find((event) => event.id)?.id;
+  t.ok(lastEventId, 'the reply carried an event id to resume from');
+
+  const replay = await resume(session, lastEventId as string);
+  const replayed: string[] = [];
+  for (let event = await replay.next(2_000); event; event = await replay.next(500)) if (event.data) replayed.push(event.data);
+  replay.abort();
+  t.notOk(replayed.some((data) => data.includes(`done:${taskId}`)), 'the upstream\'s result is not replayed to the client');
+  t.equal(await spends(gateway, handle), 0, 'nothing spent');
+});
