@@ -13,7 +13,7 @@ import { MooveProvider } from './payments/moove.js';
 import type { PaymentProvider } from './payments/provider.js';
 import { X402Rail } from './payments/x402/rail.js';
 import { Reconciler } from './payments/reconciler.js';
-import { listen, withBoundPort, type BoundAddress } from './http/listen.js';
+import { listen, probePort, withBoundPort, type BoundAddress } from './http/listen.js';
 import { registerMooveWebhookRoute } from './http/moove-webhook.js';
 import { MOOVE_WEBHOOK_EVENT_MEMORY_MS } from './payments/webhook.js';
 import { configSha, maxCallDeadline, prepareReload } from './gateway/reload.js';
@@ -99,6 +99,8 @@ async function assembleParts(
   undo: (() => Promise<unknown> | undefined)[],
 ): Promise<RunningGateway> {
   const { logger, clock } = options;
+  // SPEC §22: a port in use fails the start at once, before the store or any stdio child is started.
+  if (!options.bound) await probePort(config.server.host, config.server.port);
   const store = await createStore(config, { logger, clock });
   undo.push(() => store.close());
   // Off (no otlpEndpoint, no console exporter): null, and nothing of OpenTelemetry is loaded.

@@ -2,7 +2,7 @@
 // back from the socket, so nothing picks a port, closes it and hopes it is still free (a race when tests run
 // in parallel). A public URL derived from port 0 (config/schema.ts builds it from host and port when
 // server.publicUrl is unset) then names the bound port instead.
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { GatewayConfig } from '../config/schema.js';
 
@@ -24,6 +24,17 @@ export function listen(server: Server, host: string, port: number): Promise<Boun
       resolve({ host: bound.address, port: bound.port, origin: `http://${shownHost}:${bound.port}` });
     });
   });
+}
+
+/**
+ * Binds `host:port` and lets it go at once: a port in use (or not ours to bind) fails a start in
+ * milliseconds, before the store is reached or any child is spawned, while the real listener still binds
+ * last and so accepts connections only once the gateway can answer them.
+ */
+export async function probePort(host: string, port: number): Promise<void> {
+  const probe = createServer();
+  await listen(probe, host, port);
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
 }
 
 /**
