@@ -27,6 +27,8 @@ export interface FakeFacilitatorOptions {
   nowSeconds?: () => number;
   /** Milliseconds to wait before answering settle (an on-chain transfer takes time). */
   settleDelayMs?: number;
+  /** The loopback port to listen on (default 0: any free port). */
+  port?: number;
 }
 
 export interface FakeFacilitator {
@@ -157,7 +159,10 @@ export async function startFakeFacilitator(options: FakeFacilitatorOptions = {})
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, '127.0.0.1', resolve);
+  });
   const { port } = server.address() as AddressInfo;
 
   return {
