@@ -4,6 +4,7 @@
 // refusal in place of a result whose credit could not be committed), so the task's result reaches the
 // client only once paid. The wait is bounded by the task's deadline, not callDeadline.
 import type { FastifyReply } from 'fastify';
+import { RPC } from '../errors.js';
 import { discard } from '../io/body.js';
 import { isObject, type JsonRpcId, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import { serialiseEvent, type SseEvent } from '../mcp/sse.js';
@@ -130,7 +131,7 @@ export class TaskExchange implements PricedForward {
   #sendError(message: string): void {
     this.#call.abort(new UpstreamAbort('bad_response'));
     if (this.#reply.raw.destroyed || this.#reply.sent) return;
-    this.#reply.code(200).header('content-type', 'application/json').send(JSON.stringify({ jsonrpc: '2.0', id: this.#task.id, error: { code: -32603, message } }));
+    this.#reply.code(200).header('content-type', 'application/json').send(JSON.stringify({ jsonrpc: '2.0', id: this.#task.id, error: { code: RPC.INTERNAL_ERROR, message } }));
   }
 
   /** run() failed unexpectedly (a bug): the client is told; the reservation stays held until the task deadline. */

@@ -347,8 +347,9 @@ t.test('defaults are applied and publicUrl/audience are derived', async (t) => {
     allowedHosts: [],
     bodyLimit: 4 * 1024 * 1024,
     trustProxy: false,
+    drainTimeout: 15_000,
   });
-  t.same(config.upstream, { url: 'http://127.0.0.1:3001/mcp', headers: {}, callDeadline: 20_000, taskDeadline: 3_600_000, maxResponseBytes: 16 * 1024 * 1024 });
+  t.same(config.upstream, { url: 'http://127.0.0.1:3001/mcp', headers: {}, callDeadline: 20_000, taskDeadline: 3_600_000, maxResponseBytes: 16 * 1024 * 1024, inheritEnv: [], env: {} });
   t.equal(config.store.type, 'memory');
   t.same(config.payments, {
     provider: 'dev',

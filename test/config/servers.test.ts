@@ -36,7 +36,7 @@ t.test('a servers entry gets the upstream defaults of the top level, stdio setti
       '    upstream: { url: "http://127.0.0.1:3002/mcp", headers: { authorization: "Bearer upstream-secret" } }',
     ),
   );
-  t.strictSame(config.servers.files?.upstream.stdio, { sessions: 'perClient', maxChildren: 32, idleTimeout: 600_000 });
+  t.strictSame(config.servers.files?.upstream.stdio, { sessions: 'perClient', maxChildren: 32, idleTimeout: 600_000, initTimeout: 10_000, killTimeout: 5_000 });
   t.equal(config.servers.files?.upstream.callDeadline, 20_000);
   t.strictSame(config.servers.files?.tools, { write_file: { sku: 'research', cost: 2, charge: 'success', hidden: false } });
   t.strictSame(config.servers.files?.toolScopes, { write_file: ['files:write'] });

@@ -58,7 +58,11 @@ for (let i = 0; i < HANDLES; i += 200) {
   await Promise.all(hashes.slice(i, i + 200).map((handleHash, j) => run('tbCreateHandle', keysOf(handleHash), [`tb_s_${String(i + j).padStart(4, '0')}..test`, '0', '', 24 * 3_600_000, Date.now(), handleHash])));
 }
 for (let round = 0; round < PER_HANDLE; round++) {
-  await Promise.all(hashes.map((handleHash) => run('tbGrantCredits', keysOf(handleHash), ['research', 1, Date.now(), `round ${round}`, LEDGER_RETENTION_MS, handleHash])));
+  // The grant script runs under the store's operation record (its first key and argument: the attempt).
+  await Promise.all(hashes.map((handleHash) => {
+    const attempt = `export-${round}-${handleHash}`;
+    return run('tbGrantCredits', [space.operation(handleHash, 'g', attempt), ...keysOf(handleHash)], [attempt, 'research', 1, Date.now(), `round ${round}`, LEDGER_RETENTION_MS, handleHash]);
+  }));
 }
 writer.disconnect();
 const populateMs = Math.round(performance.now() - populateStarted);
