@@ -56,5 +56,8 @@ t.test('unpaid priced calls spawn no child; a paying client then initialises; no
   await transport.terminateSession();
   await client.close();
   await waitFor(() => sample() === 0, 'its child to stop when the session ends', { timeoutMs: 20_000 });
+  // The gateway (this process) reaps its child when the exit reaches its event loop: wait for that, as the
+  // shutdown tests do; a child never reaped stays a zombie and fails the assertion below.
+  await waitFor(() => processesInGroups(groups).length === 0, 'every process of the children\'s groups to be gone', { timeoutMs: 5_000 }).catch(() => undefined);
   t.strictSame(processesInGroups(groups), [], 'no child, grandchild or zombie left in any child\'s process group');
 });
