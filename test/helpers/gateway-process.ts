@@ -49,8 +49,20 @@ process.once('exit', () => {
 });
 
 /** A child env for `node dist/cli.js`: no tap hooks, no config from the parent's environment. */
+// The state dir (admin sockets, outbox files) of every process a test spawns: one per test file, removed when
+// it ends, so a gateway the test SIGKILLs leaves nothing in the real ~/.local/state (a test may pass its own).
+let stateDir: string | undefined;
+function testStateDir(): string {
+  if (stateDir === undefined) {
+    const dir = mkdtempSync(join(tmpdir(), 'tb-state-'));
+    stateDir = dir;
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  }
+  return stateDir;
+}
+
 export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, NODE_OPTIONS: '', ...extra };
+  const env: NodeJS.ProcessEnv = { ...process.env, NODE_OPTIONS: '', XDG_STATE_HOME: testStateDir(), ...extra };
   delete env.TOLLBOOTH_CONFIG;
   return env;
 }
