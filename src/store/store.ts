@@ -281,13 +281,17 @@ export interface TaskKey {
   taskId: string;
 }
 
-export interface TaskRecord {
+/** A credit reservation a priced request or a task holds open until its outcome is known. */
+export interface HeldReservation {
   handleHash: string;
   reservationId: string;
   tool: string;
   sku: string;
   cost: number;
   charge: 'success' | 'attempt';
+}
+
+export interface TaskRecord extends HeldReservation {
   /** Who created it: `p:<principal>` in oauth mode, else `s:<session hash>` for a legacy session, else '' (anyone holding the task id). */
   owner: string;
   /** Epoch ms: upstream.taskDeadline after the creation; past it the reservation is released. */
@@ -426,14 +430,8 @@ export interface PricedRequestKey {
 
 export type PricedRequestState = 'in_flight' | 'committed' | 'released';
 
-export interface PricedRequestRecord {
+export interface PricedRequestRecord extends HeldReservation {
   state: PricedRequestState;
-  handleHash: string;
-  reservationId: string;
-  tool: string;
-  sku: string;
-  cost: number;
-  charge: 'success' | 'attempt';
   /** Epoch ms: past it an in-flight request is concluded as released wherever its reply turns up. */
   deadline: number;
   /** The balance after the commit (the receipt of a resumed result); null until committed. */
