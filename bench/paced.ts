@@ -16,6 +16,8 @@ export interface PacedOptions {
   connections: number;
   headers: Record<string, string>;
   body: string;
+  /** The body of request i, when requests differ (the production-shaped scenario spreads them over handles). */
+  bodyFor?: (index: number) => string;
 }
 
 export interface PacedResult {
@@ -79,7 +81,7 @@ export async function pacedLoad(url: string, options: PacedOptions): Promise<Pac
     sentMs[index] = performance.now() - started;
     inFlight += 1;
     pool
-      .request({ method: 'POST', path: target.pathname, headers: options.headers, body: options.body })
+      .request({ method: 'POST', path: target.pathname, headers: options.headers, body: options.bodyFor ? options.bodyFor(index) : options.body })
       .then(async (res) => {
         await res.body.dump();
         const now = performance.now();

@@ -1,6 +1,7 @@
-// `npm run bench` (SPEC §12, issue 9). One run, one machine, one origin: direct vs a bare
-// parse-and-forward proxy vs the gateway (free call, paid call on the memory store, on Redis, and with
-// OAuth, and on memory with OpenTelemetry tracing on), each server its own child process, driven by
+// `npm run bench` (SPEC §12, issues 9 and 31). One run, one machine, one origin: direct vs a bare
+// parse-and-forward proxy vs the gateway (free call, paid call on the memory store, on Redis, on Redis
+// with a budget configured, and with OAuth, on memory with OpenTelemetry tracing on, and the
+// production-shaped run: 1,000 funded handles at ≤ 2 calls/s each), each server its own child process, driven by
 // autocannon on loopback at max rate and by an evenly paced load (paced.ts) at a fixed rate. Writes the numbers to
 // bench/results/<stamp>.json and the table to bench/RESULTS.md (between the bench:latest markers).
 //
@@ -9,7 +10,8 @@
 //   --warmup S       warm-up seconds before each measured run (default 1; 0 = none)
 //   --quick          short run (3 s scenarios, 50 SSE samples)
 //   --soak [D]       also run the soak: paid Redis calls at a fixed rate for D (10m, 90s, or minutes; default 10m)
-//   --soak-rate R    req/s for the soak (default: 50% of the paid Redis max rate)
+//   --soak-rate R    req/s for the soak (default: 70% of the paid Redis max rate)
+//   --production-handles N  funded handles of the production-shaped scenario (default 1000)
 //   --connections N  autocannon connections for the max-rate runs (default 32)
 //   --sse-samples N  sequential streaming calls per target for time-to-first-event (default 200)
 //   --profile        run the bare proxy and the gateways under --cpu-prof; profiles, a self-time summary and
@@ -33,7 +35,7 @@ import { startTestIssuer, type TestIssuer } from '../test/helpers/jwks-issuer.js
 import { freePort } from '../test/helpers/gateway.js';
 import { busiestWindow, pacedLoad } from './paced.js';
 import { costPerRequest, renderCostTable, selfTime, type CpuProfile } from './profile-cost.js';
-import { evaluateTargets, parseSoakDuration, renderTargetTable, type TargetResult } from './targets.js';
+import { evaluateTargets, parseSoakDuration, PRODUCTION_SCENARIO, renderTargetTable, secondSpikes, TARGETS, type TargetResult } from './targets.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
@@ -48,6 +50,8 @@ export interface BenchOptions {
   sseSamples: number;
   soakMinutes: number | null;
   soakRate: number | null;
+  /** Handles of the production-shaped scenario (default 1,000; the suite's smoke run uses a few). */
+  productionHandles: number;
   profile: boolean;
   only: Set<string> | null;
   outDir: string;
@@ -69,6 +73,7 @@ export function parseArgs(argv: string[]): BenchOptions {
     sseSamples: Number(value('--sse-samples') ?? (quick ? 50 : 200)),
     soakMinutes: argv.includes('--soak') ? parseSoakDuration(value('--soak')) : null,
     soakRate: value('--soak-rate') === undefined ? null : Number(value('--soak-rate')),
+    productionHandles: Number(value('--production-handles') ?? 1_000),
     profile: argv.includes('--profile'),
     only: value('--only') ? new Set((value('--only') as string).split(',')) : null,
     outDir: resolve(value('--out') ?? join(ROOT, 'bench/results')),
@@ -247,9 +252,10 @@ function summarise(latencies: Float64Array): LoadResult['latencyMs'] {
  * autocannon records whole milliseconds in its histogram; sub-millisecond targets need the exact
  * per-response times, which its `response` event carries (hrtime-based, in ms).
  */
-export async function load(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate?: number; keepTimes?: boolean }): Promise<LoadResult> {
+export async function load(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate?: number; keepTimes?: boolean; bodyFor?: (index: number) => string }): Promise<LoadResult> {
   // A fixed rate is paced evenly (bench/paced.ts says why autocannon's overallRate is not used for it).
   if (options.rate) return pacedLoadResult(url, body, headers, { ...options, rate: options.rate });
+  if (options.bodyFor) throw new Error('requests that differ are sent paced only (give a rate)');
   let latencies = new Float64Array(1 << 16);
   let times = options.keepTimes ? new Float64Array(1 << 16) : null;
   let count = 0;
@@ -302,8 +308,8 @@ export async function load(url: string, body: string, headers: Record<string, st
   return out;
 }
 
-async function pacedLoadResult(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate: number; keepTimes?: boolean }): Promise<LoadResult> {
-  const paced = await pacedLoad(url, { rate: options.rate, durationS: options.durationS, connections: options.connections, headers: { ...MCP_HEADERS, ...headers }, body });
+async function pacedLoadResult(url: string, body: string, headers: Record<string, string>, options: { durationS: number; connections: number; rate: number; keepTimes?: boolean; bodyFor?: (index: number) => string }): Promise<LoadResult> {
+  const paced = await pacedLoad(url, { rate: options.rate, durationS: options.durationS, connections: options.connections, headers: { ...MCP_HEADERS, ...headers }, body, ...(options.bodyFor ? { bodyFor: options.bodyFor } : {}) });
   const out: LoadResult = {
     requests: paced.requests,
     reqPerSec: Math.round(paced.requests / paced.elapsedS),
@@ -352,7 +358,7 @@ async function timeToFirstEvent(url: string, tool: string, headers: Record<strin
 // ---------------------------------------------------------------------------------------------------
 // Scenarios
 
-type Target = 'origin' | 'bare' | 'gw-memory' | 'gw-traced' | 'gw-redis' | 'gw-oauth';
+type Target = 'origin' | 'bare' | 'gw-memory' | 'gw-traced' | 'gw-redis' | 'gw-budget' | 'gw-oauth' | 'gw-production';
 
 interface Scenario {
   name: string;
@@ -360,6 +366,14 @@ interface Scenario {
   tool: string;
   paid: boolean;
 }
+
+/**
+ * The production-shaped scenario (issue 31): this many funded handles, called round-robin, so each
+ * sees the offered rate / HANDLES; offered at most PRODUCTION_MAX_RATE, 90 % of what the default
+ * per-handle limit (2/s) allows, so jitter never turns a call into a rate_limited refusal.
+ */
+const PRODUCTION_HANDLES = 1_000;
+const PRODUCTION_MAX_RATE = 1_800;
 
 const SCENARIOS: Scenario[] = [
   { name: 'direct', target: 'origin', tool: 'echo', paid: false },
@@ -369,7 +383,11 @@ const SCENARIOS: Scenario[] = [
   // The same with tracing on (every request sampled, spans exported to a local OTLP sink): the cost of tracing, next to the row without it.
   { name: 'gateway-paid-traced', target: 'gw-traced', tool: 'echo_paid', paid: true },
   { name: 'gateway-paid-redis', target: 'gw-redis', tool: 'echo_paid', paid: true },
+  // The same with a budget configured that every call draws on (SPEC §23): the cost of budgets, next to the row without.
+  { name: 'gateway-paid-budget', target: 'gw-budget', tool: 'echo_paid', paid: true },
   { name: 'gateway-paid-oauth', target: 'gw-oauth', tool: 'echo_paid', paid: true },
+  // Many handles at a realistic per-handle rate, default limits (PRODUCTION_HANDLES): paced, never at "max rate".
+  { name: PRODUCTION_SCENARIO, target: 'gw-production', tool: 'echo_paid', paid: true },
 ];
 
 interface ScenarioResult extends LoadResult {
@@ -402,11 +420,25 @@ interface ServerUnderTest {
   origin: string;
   headers: Record<string, string>;
   token: string | null;
+  /** The production-shaped scenario's funded handles (its calls go round-robin over them). */
+  tokens?: string[];
 }
 
-export function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis', redisUrl: string, issuer: TestIssuer | null, otlpEndpoint = ''): Record<string, unknown> {
+/** A gateway's variations on the bench config. */
+export interface GatewayVariant {
+  /** A budget every paid call draws on, caps far above what the run spends (SPEC §23). */
+  budget?: boolean;
+  /** The shipped limits (per-handle 2/s, burst 10, …) instead of the bench's unlimited ones. */
+  defaultLimits?: boolean;
+}
+
+export function gatewayConfig(port: number, originUrl: string, store: 'memory' | 'redis', redisUrl: string, issuer: TestIssuer | null, otlpEndpoint = '', variant: GatewayVariant = {}): Record<string, unknown> {
   const publicUrl = `http://127.0.0.1:${port}/mcp`;
+  const budgets = variant.budget ? { budgets: [{ name: 'bench-daily', per: 'handle', tools: ['echo_paid'], window: '1d', maxCalls: 1_000_000_000, maxCredits: 1_000_000_000 }] } : {};
+  const limits = variant.defaultLimits ? {} : { limits: { perHandle: { ratePerSecond: 1_000_000, burst: 1_000_000 }, challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 }, newChargesPerSecond: 1_000 } };
   return {
+    ...budgets,
+    ...limits,
     server: { host: '127.0.0.1', port, publicUrl },
     upstream: { url: originUrl, callDeadline: '20s' },
     store: store === 'memory' ? { type: 'memory' } : { type: 'redis', redis: { url: redisUrl, keyPrefix: 'bench:' } },
@@ -414,7 +446,6 @@ export function gatewayConfig(port: number, originUrl: string, store: 'memory' |
     skus: { bench: { label: 'Bench credits', amount: '5.00', currency: 'USDC', credits: 100_000_000 } },
     tools: { echo_paid: { sku: 'bench', cost: 1 }, stream_paid: { sku: 'bench', cost: 1 } },
     handles: { hashSecret: 'bench-hash-secret' },
-    limits: { perHandle: { ratePerSecond: 1_000_000, burst: 1_000_000 }, challengesPerClient: { ratePerSecond: 1_000, burst: 1_000 }, newChargesPerSecond: 1_000 },
     auth: issuer ? { mode: 'oauth', issuer: issuer.issuer, jwksUrl: issuer.jwksUrl, audience: publicUrl, authorizationServers: [issuer.issuer] } : { mode: 'none' },
     logging: { level: 'info' },
     tracing: { otlpEndpoint, sampleRatio: 1 },
@@ -443,24 +474,50 @@ async function startTarget(env: Environment, target: Target): Promise<ServerUnde
   const store = target === 'gw-memory' || target === 'gw-traced' ? 'memory' : 'redis';
   const issuer = target === 'gw-oauth' ? env.issuer : null;
   const configFile = join(env.workDir, `${target}.yaml`);
+  const variant: GatewayVariant = { budget: target === 'gw-budget', defaultLimits: target === 'gw-production' };
   // JSON is YAML: the config loader reads it as it is.
-  writeFileSync(configFile, JSON.stringify(gatewayConfig(port, env.originUrl, store, env.redis.url, issuer, target === 'gw-traced' ? env.otlpSink.url : ''), null, 2));
+  writeFileSync(configFile, JSON.stringify(gatewayConfig(port, env.originUrl, store, env.redis.url, issuer, target === 'gw-traced' ? env.otlpSink.url : '', variant), null, 2));
   const child = launch(target, SERVER_CORE, [process.execPath, ...profileArgsOf(env, target), 'dist/cli.js', 'start', '--config', configFile], env.workDir);
   const origin = `http://127.0.0.1:${port}`;
   await waitForHttp(`${origin}/healthz`, child);
   const headers: Record<string, string> = {};
   if (issuer) headers.authorization = `Bearer ${await issuer.mint({ sub: 'bench-user', aud: `${origin}/mcp`, expSeconds: 6 * 3600 })}`;
+  // The production-shaped gateway's handles are funded through gw-redis (same Redis, key prefix and hash
+  // secret): with the shipped limits, one client could not open a thousand checkout links quickly.
+  if (target === 'gw-production') return { name: target, child, url: `${origin}/mcp`, origin, headers, token: null, tokens: [] };
   const token = await fundHandle(`${origin}/mcp`, headers);
   return { name: target, child, url: `${origin}/mcp`, origin, headers, token };
 }
 
+/** `count` funded handles, opened `concurrency` at a time through one gateway. */
+async function fundHandles(gatewayUrl: string, count: number, concurrency = 8): Promise<string[]> {
+  const handles: string[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) {
+        next += 1;
+        handles.push(await fundHandle(gatewayUrl, {}));
+      }
+    }),
+  );
+  return handles;
+}
+
 async function runScenario(env: Environment, sut: ServerUnderTest, scenario: Scenario, options: { rate?: number; durationS: number; connections: number }): Promise<ScenarioResult> {
   const body = callBody(scenario.tool, scenario.paid ? { tollboothToken: sut.token } : {});
+  // The production-shaped scenario is always paced (never faster than its handles' limit) and goes round-robin over its handles.
+  const tokens = sut.tokens;
+  const shaped = tokens
+    ? { rate: Math.min(options.rate ?? PRODUCTION_MAX_RATE, PRODUCTION_MAX_RATE, (tokens.length * PRODUCTION_MAX_RATE) / PRODUCTION_HANDLES), bodyFor: (i: number) => callBody(scenario.tool, { tollboothToken: tokens[i % tokens.length] }) }
+    : options.rate
+      ? { rate: options.rate }
+      : {};
   // Warm-up: JIT, connection pools, Redis script cache.
-  if (env.options.warmupS > 0) await load(sut.url, body, sut.headers, { durationS: env.options.warmupS, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
+  if (env.options.warmupS > 0) await load(sut.url, body, sut.headers, { durationS: env.options.warmupS, connections: options.connections, ...shaped });
   const before = { cpu: cpuMicros(sut.child.pid), origin: cpuMicros(env.origin.pid), redis: cpuMicros(env.redisPid), authorised: scenario.paid ? await authorisedCalls(sut.origin) : 0 };
   const fromUs = monotonicMicros();
-  const result = await load(sut.url, body, sut.headers, { durationS: options.durationS, connections: options.connections, ...(options.rate ? { rate: options.rate } : {}) });
+  const result = await load(sut.url, body, sut.headers, { durationS: options.durationS, connections: options.connections, ...shaped });
   const toUs = monotonicMicros();
   const perReq = (micros: number): number => Math.round((micros / Math.max(1, result.requests)) * 10) / 10;
   const out: ScenarioResult = {
@@ -472,7 +529,7 @@ async function runScenario(env: Environment, sut: ServerUnderTest, scenario: Sce
     rssMB: Math.round(rssBytes(sut.child.pid) / 1024 / 102.4) / 10,
     windowUs: { fromUs, toUs },
   };
-  if (sut.name === 'gw-redis' || sut.name === 'gw-oauth') out.redisCpuUsPerReq = perReq(cpuMicros(env.redisPid) - before.redis);
+  if (sut.name === 'gw-redis' || sut.name === 'gw-budget' || sut.name === 'gw-oauth' || sut.name === 'gw-production') out.redisCpuUsPerReq = perReq(cpuMicros(env.redisPid) - before.redis);
   if (scenario.paid) out.authorised = (await authorisedCalls(sut.origin)) - before.authorised;
   if (sut.name === 'origin') out.originCpuUsPerReq = out.cpuUsPerReq;
   return out;
@@ -498,7 +555,7 @@ export interface BenchReport {
   profiles: string[];
   /** With --profile: self µs per request by group in each max-rate run (bench/profile-cost.ts). */
   costs: Record<string, Record<string, number>>;
-  /** Issue 14's targets against this run (bench/targets.ts). */
+  /** Issue 31's targets against this run (bench/targets.ts). */
   targets: TargetResult[];
   /** For each missed target: the top self-time lines of its gateway's profile, or how to get them. */
   profileHints: Record<string, string[]>;
@@ -513,7 +570,18 @@ interface SoakReport {
   p99DriftMs: number;
   non2xx: number;
   errors: number;
+  /** Seconds whose p99 exceeded TARGETS.soakSpikeFactor × the median second's p99 (issue 31). */
+  spikeSeconds: number;
+  medianSecondP99Ms: number;
+  worstSecondP99Ms: number;
+  /** The spike seconds (at most 30), each with every process's CPU in that second (% of one core, from /proc). */
+  spikes: { second: number; p99Ms: number; cpuPct: Record<string, number> }[];
+  /** Each process's CPU over the whole soak, % of one core: which one saturates. */
+  cpuPct: Record<string, number>;
 }
+
+/** The soak runs at this share of the paid Redis max rate (issue 31: 70 % of capacity). */
+const SOAK_SHARE = 0.7;
 
 export async function runBench(options: BenchOptions): Promise<BenchReport> {
   mkdirSync(options.outDir, { recursive: true });
@@ -562,33 +630,54 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     live.set(target, sut);
     return sut;
   };
+  // A gateway whose config this build refuses (budgets before they existed) leaves its scenario out, said once.
+  const unavailable = new Set<Target>();
+  const tryUse = async (target: Target): Promise<ServerUnderTest | null> => {
+    if (unavailable.has(target)) return null;
+    try {
+      return await use(target);
+    } catch (error) {
+      if (target !== 'gw-budget') throw error;
+      unavailable.add(target);
+      log(`gateway-paid-budget left out: the gateway did not start with a budget configured (${String(error).split('\n')[0]})`);
+      return null;
+    }
+  };
 
   try {
     await waitForHttp(originUrl, origin, { method: 'POST', body: callBody('echo', {}), headers: MCP_HEADERS });
     const targets = new Set(SCENARIOS.filter((s) => wanted(s.name)).map((s) => s.target));
     if (wanted('sse')) targets.add('gw-memory');
     if (options.soakMinutes !== null) targets.add('gw-redis');
+    if (targets.has('gw-production')) targets.add('gw-redis');
     log(`starting ${[...targets].join(', ')}`);
-    await Promise.all([...targets].map(use));
+    await Promise.all([...targets].map(tryUse));
+    const production = live.get('gw-production');
+    if (production) {
+      const funded = Math.min(PRODUCTION_HANDLES, options.productionHandles);
+      log(`funding ${funded} handles for ${PRODUCTION_SCENARIO}`);
+      production.tokens = await fundHandles((live.get('gw-redis') as ServerUnderTest).url, funded);
+    }
     // Profiles are summarised from here on (start-up, module loading and funding left out).
     measuredFromUs = monotonicMicros();
     for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
-      const sut = await use(scenario.target);
+      const sut = await tryUse(scenario.target);
+      if (!sut) continue;
       log(`max rate: ${scenario.name}`);
       report.maxRate.push(await runScenario(env, sut, scenario, { durationS: options.durationS, connections: options.connections }));
     }
     const byName = (rows: ScenarioResult[], name: string): ScenarioResult | undefined => rows.find((r) => r.name === name);
     const bare = byName(report.maxRate, 'bare-proxy');
-    for (const row of report.maxRate) if (bare && row.name.startsWith('gateway')) report.ratios[`${row.name}/bare-proxy`] = Math.round((row.reqPerSec / bare.reqPerSec) * 1000) / 1000;
+    for (const row of report.maxRate) if (bare && row.name.startsWith('gateway') && row.name !== PRODUCTION_SCENARIO) report.ratios[`${row.name}/bare-proxy`] = Math.round((row.reqPerSec / bare.reqPerSec) * 1000) / 1000;
 
-    // Added latency at half the gateway's max rate (the paid Redis path, else the slowest gateway row).
-    const gatewayRows = report.maxRate.filter((r) => r.name.startsWith('gateway'));
-    const reference = byName(report.maxRate, 'gateway-paid-redis') ?? gatewayRows.sort((a, b) => a.reqPerSec - b.reqPerSec)[0];
+    // Added latency at half the bare proxy's max rate (issue 31; without a bare row, half the slowest row's).
+    const reference = bare ?? [...report.maxRate].sort((a, b) => a.reqPerSec - b.reqPerSec)[0];
     if (reference) {
       const rate = Math.max(10, Math.round(reference.reqPerSec / 2));
       const results: ScenarioResult[] = [];
       for (const scenario of SCENARIOS.filter((s) => wanted(s.name))) {
-        const sut = await use(scenario.target);
+        const sut = await tryUse(scenario.target);
+        if (!sut) continue;
         log(`fixed rate ${rate}/s: ${scenario.name}`);
         results.push(await runScenario(env, sut, scenario, { durationS: options.durationS, connections: 16, rate }));
       }
@@ -616,9 +705,9 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     if (options.soakMinutes !== null) {
       const sut = await use('gw-redis');
       const paidRedis = byName(report.maxRate, 'gateway-paid-redis');
-      const rate = options.soakRate ?? Math.max(10, Math.round((paidRedis?.reqPerSec ?? 1000) / 2));
+      const rate = options.soakRate ?? Math.max(10, Math.round((paidRedis?.reqPerSec ?? 1000) * SOAK_SHARE));
       log(`soak: ${options.soakMinutes} min at ${rate}/s`);
-      report.soak = await soak(sut, rate, options.soakMinutes);
+      report.soak = await soak(env, sut, rate, options.soakMinutes);
     }
   } finally {
     log('stopping');
@@ -677,15 +766,29 @@ async function startOtlpSink(): Promise<OtlpSink> {
   return sink;
 }
 
-async function soak(sut: ServerUnderTest, rate: number, minutes: number): Promise<SoakReport> {
+async function soak(env: Environment, sut: ServerUnderTest, rate: number, minutes: number): Promise<SoakReport> {
   const body = callBody('echo_paid', { tollboothToken: sut.token });
   const memory: { t: number; rss: number; heap: number }[] = [];
   const started = performance.now();
   const sampler = setInterval(() => {
     void heapUsed(sut.origin).then((heap) => memory.push({ t: (performance.now() - started) / 1000, rss: rssBytes(sut.child.pid), heap }), () => undefined);
   }, 10_000);
-  const result = await load(sut.url, body, sut.headers, { durationS: Math.round(minutes * 60), connections: 16, rate, keepTimes: true });
+  // Per-second CPU of every process in the run, to tell which one saturates in a slow second.
+  const processes: Record<string, number> = { gateway: sut.child.pid, redis: env.redisPid, origin: env.origin.pid, generator: process.pid };
+  const cpuBySecond: Record<string, number>[] = [];
+  let last = Object.fromEntries(Object.entries(processes).map(([name, pid]) => [name, cpuMicros(pid)]));
+  const cpuStart = last;
+  const cpuSampler = setInterval(() => {
+    const now = Object.fromEntries(Object.entries(processes).map(([name, pid]) => [name, cpuMicros(pid)]));
+    cpuBySecond.push(Object.fromEntries(Object.keys(processes).map((name) => [name, Math.round(((now[name] as number) - (last[name] as number)) / 1e4)])));
+    last = now;
+  }, 1_000);
+  const durationS = Math.round(minutes * 60);
+  const result = await load(sut.url, body, sut.headers, { durationS, connections: 16, rate, keepTimes: true });
   clearInterval(sampler);
+  clearInterval(cpuSampler);
+  const elapsedS = (performance.now() - started) / 1000;
+  const cpuPct = Object.fromEntries(Object.entries(processes).map(([name, pid]) => [name, Math.round((cpuMicros(pid) - (cpuStart[name] as number)) / elapsedS / 1e4)]));
   const samples = result.samples as Float64Array;
   const windows: SoakReport['windows'] = [];
   const windowS = minutes >= 2 ? 60 : Math.max(5, Math.round((minutes * 60) / 4));
@@ -696,19 +799,26 @@ async function soak(sut: ServerUnderTest, rate: number, minutes: number): Promis
     const s = summarise(Float64Array.from(inWindow));
     windows.push({ minute: Math.round((start / 60) * 100) / 100, requests: inWindow.length, p50: s.p50, p99: s.p99, rssMB: Math.round((mem?.rss ?? 0) / 104857.6) / 10, heapUsedMB: Math.round((mem?.heap ?? 0) / 104857.6) / 10 });
   }
+  const spikes = secondSpikes(samples, TARGETS.soakSpikeFactor);
   // Growth from the end of the first window (after warm-up) to the end of the run.
   const base = windows[0];
-  const last = windows.at(-1);
+  const lastWindow = windows.at(-1);
   const growth = (a = 0, b = 0): number => (a > 0 ? Math.round(((b - a) / a) * 1000) / 10 : 0);
+  const ms = (v: number): number => Math.round(v * 1000) / 1000;
   return {
     minutes,
     rate,
     windows,
-    rssGrowthPct: growth(base?.rssMB, last?.rssMB),
-    heapGrowthPct: growth(base?.heapUsedMB, last?.heapUsedMB),
-    p99DriftMs: Math.round(((last?.p99 ?? 0) - (base?.p99 ?? 0)) * 1000) / 1000,
+    rssGrowthPct: growth(base?.rssMB, lastWindow?.rssMB),
+    heapGrowthPct: growth(base?.heapUsedMB, lastWindow?.heapUsedMB),
+    p99DriftMs: ms((lastWindow?.p99 ?? 0) - (base?.p99 ?? 0)),
     non2xx: result.non2xx,
     errors: result.errors,
+    spikeSeconds: spikes.spikes.length,
+    medianSecondP99Ms: ms(spikes.median),
+    worstSecondP99Ms: ms(spikes.worst),
+    spikes: spikes.spikes.slice(0, 30).map((second) => ({ second, p99Ms: ms(spikes.perSecondP99.get(second) as number), cpuPct: cpuBySecond[second] ?? {} })),
+    cpuPct,
   };
 }
 
@@ -783,7 +893,7 @@ export function renderMarkdown(report: BenchReport): string {
   lines.push(`Run ${report.startedAt} — \`${report.command}\``, '');
   lines.push(`Machine: ${report.machine.cpu}, ${report.machine.cores} cores, ${report.machine.memoryGB} GB, Linux ${report.machine.kernel}, Node ${report.machine.node}. Load average (1/5/15 min) before ${report.machine.loadAverageBefore.join(' / ')}, after ${report.machine.loadAverageAfter?.join(' / ') ?? '?'}. Pinning: ${report.pinning}.`, '');
   if (report.targets.length > 0) {
-    lines.push('Targets (issue 14, logging at `info` as shipped; bench/targets.ts):', '', ...renderTargetTable(report.targets), '');
+    lines.push('Targets (issue 31, logging at `info` as shipped; bench/targets.ts):', '', ...renderTargetTable(report.targets), '');
     const hinted = Object.entries(report.profileHints);
     if (hinted.length > 0) {
       lines.push('Profile hints for the missed targets:', '');
@@ -807,7 +917,7 @@ export function renderMarkdown(report: BenchReport): string {
     lines.push(...renderCostTable(costed.map(([name, cost]) => ({ name, cost: new Map(Object.entries(cost)) }))), '');
   }
   if (report.fixedRate) {
-    lines.push(`Fixed rate ${report.fixedRate.rate} req/s (half the paid-Redis max), evenly paced over 16 connections (bench/paced.ts; latency from each request's due time):`, '');
+    lines.push(`Fixed rate ${report.fixedRate.rate} req/s (half the bare proxy's max; ${PRODUCTION_SCENARIO} at most ${PRODUCTION_MAX_RATE}/s, its handles' limit), evenly paced over 16 connections (bench/paced.ts; latency from each request's due time):`, '');
     lines.push('| scenario | p50 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | added p99.9 ms | CPU µs/req |');
     lines.push('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
     for (const r of report.fixedRate.results) {
@@ -830,10 +940,18 @@ export function renderMarkdown(report: BenchReport): string {
   }
   if (report.soak) {
     const s = report.soak;
-    lines.push(`Soak: paid Redis calls at ${s.rate} req/s for ${s.minutes} min — RSS growth ${s.rssGrowthPct}%, heap growth ${s.heapGrowthPct}%, p99 drift ${s.p99DriftMs} ms, non-2xx+errors ${s.non2xx + s.errors}.`, '');
+    lines.push(`Soak: paid Redis calls at ${s.rate} req/s for ${s.minutes} min — RSS growth ${s.rssGrowthPct}%, heap growth ${s.heapGrowthPct}%, p99 drift ${s.p99DriftMs} ms, non-2xx+errors ${s.non2xx + s.errors}; per-second p99: median ${s.medianSecondP99Ms} ms, worst ${s.worstSecondP99Ms} ms, ${s.spikeSeconds} seconds over ${TARGETS.soakSpikeFactor}× the median.`, '');
+    lines.push(`CPU over the soak (% of one core): ${Object.entries(s.cpuPct).map(([name, pct]) => `${name} ${pct}`).join(', ')}.`, '');
     lines.push('| minute | requests | p50 ms | p99 ms | RSS MB | heap used MB |', '| ---: | ---: | ---: | ---: | ---: | ---: |');
     for (const w of s.windows) lines.push(`| ${w.minute} | ${w.requests} | ${w.p50} | ${w.p99} | ${w.rssMB} | ${w.heapUsedMB} |`);
     lines.push('');
+    if (s.spikes.length > 0) {
+      const names = Object.keys(s.cpuPct);
+      lines.push(`Seconds over ${TARGETS.soakSpikeFactor}× the median p99, with each process's CPU in that second (% of one core; 100 = a saturated core):`, '');
+      lines.push(`| second | p99 ms | ${names.join(' | ')} |`, `| ---: | ---: | ${names.map(() => '---:').join(' | ')} |`);
+      for (const spike of s.spikes) lines.push(`| ${spike.second} | ${spike.p99Ms} | ${names.map((n) => spike.cpuPct[n] ?? '–').join(' | ')} |`);
+      lines.push('');
+    }
   }
   return lines.join('\n');
 }
