@@ -47,18 +47,28 @@ t.test('a child that never reads stdin: a bounded queue, then requests refused c
   let refusedWith: unknown;
   const before = retainedBytes();
   {
+    // Sent one after another, each given 200 ms to be refused (a refusal comes at once); the few the
+    // bridge accepts stay open, and all of them get one 2 s wait at the end instead of 2 s each, so a
+    // late refusal on a loaded machine still counts as a refusal.
+    const open: { abort: AbortController; call: Promise<unknown>; answer?: Awaited<ReturnType<typeof raw>> }[] = [];
     for (let i = 1; i <= 100; i++) {
       const abort = new AbortController();
-      const call = raw(bridge, 'POST', toolCall(i, 'echo', { text: payload }), sessionHeaders(id!), abort.signal);
-      // A refusal comes at once; an accepted request waits for a child that never reads (only the first few are
-      // accepted, so waiting 2 s for each of those keeps the count right on a loaded machine).
-      const settled = await Promise.race([call.then((answer) => answer), new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 2_000))]);
-      if (settled === undefined) {
-        hanging.push(abort);
-        call.catch(() => undefined);
+      const entry: (typeof open)[number] = { abort, call: Promise.resolve() };
+      entry.call = raw(bridge, 'POST', toolCall(i, 'echo', { text: payload }), sessionHeaders(id!), abort.signal).then(
+        (answer) => (entry.answer = answer),
+        () => undefined,
+      );
+      open.push(entry);
+      await Promise.race([entry.call, new Promise((resolve) => setTimeout(resolve, 200))]);
+    }
+    const waiting = open.filter((entry) => entry.answer === undefined);
+    await Promise.race([Promise.all(waiting.map((entry) => entry.call)), new Promise((resolve) => setTimeout(resolve, 2_000))]);
+    for (const entry of open) {
+      if (entry.answer === undefined) {
+        hanging.push(entry.abort);
       } else {
         refused += 1;
-        refusedWith = settled.messages.at(-1) ?? settled.text;
+        refusedWith = entry.answer.messages.at(-1) ?? entry.answer.text;
       }
     }
   }
