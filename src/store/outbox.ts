@@ -1,7 +1,7 @@
 // The durable outbox (SPEC §21; docs/operations.md "Outbox"): records whose money already moved outside
 // the store — today an x402 settlement the facilitator executed — are written to the store when it is up,
 // and otherwise to a local file (store/outbox-file.ts) that is retried until the store has it. Each store
-// write is idempotent by the record's reference (store/lua/outbox.ts), so a record written twice — a lost
+// write is idempotent by the record's reference (store/redis/x402.lua.ts), so a record written twice — a lost
 // reply, two processes draining one directory, a restart between the write and the file's removal — is
 // stored once. Every process drains its own directory on its own timer (not the reconciler's lease: a
 // replica's files are on its own disk), from start-up on, so a restart while the store is down loses

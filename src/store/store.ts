@@ -263,7 +263,7 @@ export interface Store {
   /** The principal a session is bound to, or null; a binding found is kept ttlMs from now (sliding). */
   sessionPrincipal(sessionHash: string, ttlMs: number): Promise<string | null>;
   // ── end of sessions bound to principals ────────────────────────────────────────────────────────
-  // ── tasks holding a reservation (a priced call answered with a task; src/store/lua/tasks.ts) ──
+  // ── tasks holding a reservation (a priced call answered with a task; src/store/redis/requests.lua.ts) ──
   /**
    * Records the task and holds its call's reservation until `record.deadline` (the reconciler's stale
    * sweep releases it then). False when the reservation is already gone (nothing is recorded).

@@ -1,39 +1,5 @@
-// Scripts on one global key each: challenge buckets, the reconciler lease, dev links, and the
-// companion index writes redis.ts sends in Cluster mode (where an index lives in another slot).
-
-/** KEYS bucket. ARGV ratePerSecond, burst. Returns the wait in ms (0 = allowed). Redis TIME clock. */
-export const TAKE_CHALLENGE_TOKEN = `
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local wait, left = take_token(KEYS[1], 't', 'a', rate, burst, redis_now())
--- Once refilled the bucket is the same as a new one, so it may expire then.
-if rate > 0 then
-  redis.call('PEXPIRE', KEYS[1], int(math.max(1, math.ceil((burst - left) * 1000 / rate))))
-else
-  redis.call('PEXPIRE', KEYS[1], int(RETENTION_MS))
-end
-return wait
-`;
-
-/** KEYS lease. ARGV owner, ttlMs. Free or held by this owner → (re)taken for ttlMs. */
-export const ACQUIRE_LEASE = `
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-`;
-
-/** KEYS dev link. ARGV receivedAmount, now. active and unexpired → completed. */
-export const PAY_DEV_LINK = `
-local raw = redis.call('GET', KEYS[1])
-if not raw then return 0 end
-local link = cjson.decode(raw)
-if link.status ~= 'active' or link.expiresAt <= tonumber(ARGV[2]) then return 0 end
-link.status = 'completed'
-link.receivedAmount = ARGV[1]
-redis.call('SET', KEYS[1], cjson.encode(link), 'KEEPTTL')
-return 1
-`;
+// The companion index writes the Redis store sends in Cluster mode (where an index lives in another
+// slot), shared by the handles and charges concerns (redis/handles.ts, redis/charges.ts).
 
 /**
  * Cluster companion: one sorted-set index write. KEYS index. ARGV score, member, liveUntil, now, mode:
@@ -63,3 +29,8 @@ for i = 2, #ARGV do
 end
 return 1
 `;
+
+export const GLOBAL_SCRIPTS = {
+  tbIndexAdd: INDEX_ADD,
+  tbPruneShardDirectory: PRUNE_SHARD_DIRECTORY,
+} as const;

@@ -1,54 +1,29 @@
 // Every Lua script the Redis store runs, registered once per connection with ioredis
 // `defineCommand` (EVALSHA, falling back to EVAL after a SCRIPT FLUSH or a restart). Embedded as
 // TypeScript strings so `tsc` ships them in dist/ with nothing to copy or locate at run time.
-import { ABANDON_CHARGE, ABORT_CHARGE, ATTACH_LINK, BEGIN_CHARGE, CLAIM_SETTLEMENT, EXPIRE_CHARGE, TAKE_POLL_SLOT } from './charges.js';
-import { ACQUIRE_LEASE, INDEX_ADD, PAY_DEV_LINK, PRUNE_SHARD_DIRECTORY, TAKE_CHALLENGE_TOKEN } from './global.js';
-import { COMMIT, CREATE_HANDLE, GRANT_CREDITS, RELEASE, RELEASE_STALE, RESERVE } from './handles.js';
-import { EXPIRE_HANDLE, LEDGER_CHECKPOINT, LEDGER_PRELUDE } from './ledger.js';
-import { PRELUDE } from './prelude.js';
-import { CONCLUDE_PRICED_REQUEST, REGISTER_PRICED_REQUEST } from './priced-requests.js';
-import { MARK_CHARGE_READ } from './reads.js';
-import { RECORD_X402_SETTLEMENT } from './outbox.js';
-import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
+import { CHARGE_SCRIPTS } from '../redis/charges.lua.js';
+import { COORDINATION_SCRIPTS } from '../redis/coordination.lua.js';
+import { HANDLE_SCRIPTS } from '../redis/handles.lua.js';
+import { LEDGER_SCRIPTS } from '../redis/ledger.lua.js';
+import { REQUEST_SCRIPTS } from '../redis/requests.lua.js';
+import { X402_SCRIPTS } from '../redis/x402.lua.js';
+import { GLOBAL_SCRIPTS } from './global.js';
+import { LEDGER_PRELUDE } from './ledger.js';
 import { once } from './operations.js';
-import { CLAIM_PAYMENT_NONCE, FINISH_PAYMENT_NONCE } from './x402.js';
-import { HOLD_TASK_RESERVATION } from './tasks.js';
+import { PRELUDE } from './prelude.js';
 
+/**
+ * Each concern's scripts sit beside its TypeScript (../redis/<concern>.lua.ts) and export one record,
+ * script name → body; a new concern adds its record here with one spread.
+ */
 const BODIES = {
-  tbCreateHandle: CREATE_HANDLE,
-  tbReserve: RESERVE,
-  tbCommit: COMMIT,
-  tbRelease: RELEASE,
-  tbReleaseStale: RELEASE_STALE,
-  tbGrantCredits: GRANT_CREDITS,
-  tbExpireHandle: EXPIRE_HANDLE,
-  tbLedgerCheckpoint: LEDGER_CHECKPOINT,
-  tbBeginCharge: BEGIN_CHARGE,
-  tbAttachLink: ATTACH_LINK,
-  tbAbortCharge: ABORT_CHARGE,
-  tbTakePollSlot: TAKE_POLL_SLOT,
-  tbClaimSettlement: CLAIM_SETTLEMENT,
-  tbAbandonCharge: ABANDON_CHARGE,
-  tbExpireCharge: EXPIRE_CHARGE,
-  tbTakeChallengeToken: TAKE_CHALLENGE_TOKEN,
-  tbAcquireLease: ACQUIRE_LEASE,
-  tbPayDevLink: PAY_DEV_LINK,
-  tbIndexAdd: INDEX_ADD,
-  tbPruneShardDirectory: PRUNE_SHARD_DIRECTORY,
-  tbFinishPaymentNonce: FINISH_PAYMENT_NONCE,
-  // the end of a provider read (Settler#awaitOtherRead)
-  tbMarkChargeRead: MARK_CHARGE_READ,
-  // the durable outbox (store/outbox.ts)
-  tbRecordX402Settlement: RECORD_X402_SETTLEMENT,
-  tbClaimPaymentNonce: CLAIM_PAYMENT_NONCE,
-  // priced-request registry (SPEC §6.5)
-  tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
-  tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
-  // sessions bound to principals (SPEC §20)
-  tbBindSession: BIND_SESSION,
-  tbSessionPrincipal: SESSION_PRINCIPAL,
-  // tasks holding a reservation (SPEC §24)
-  tbHoldTaskReservation: HOLD_TASK_RESERVATION,
+  ...HANDLE_SCRIPTS,
+  ...LEDGER_SCRIPTS,
+  ...CHARGE_SCRIPTS,
+  ...COORDINATION_SCRIPTS,
+  ...X402_SCRIPTS,
+  ...REQUEST_SCRIPTS,
+  ...GLOBAL_SCRIPTS,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;

@@ -148,3 +148,12 @@ local balance = redis.call('HINCRBY', KEYS[1], 'b:' .. sku, ARGV[2])
 ledger_append(KEYS[3], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'adjust', sku, tonumber(ARGV[2]), balance + reserved_of(KEYS[2], sku), {'why', ARGV[4]})
 return balance
 `;
+
+export const HANDLE_SCRIPTS = {
+  tbCreateHandle: CREATE_HANDLE,
+  tbReserve: RESERVE,
+  tbCommit: COMMIT,
+  tbRelease: RELEASE,
+  tbReleaseStale: RELEASE_STALE,
+  tbGrantCredits: GRANT_CREDITS,
+} as const;

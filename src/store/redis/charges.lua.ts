@@ -1,6 +1,7 @@
 // Scripts on one handle's charges (KEYS[1..2] share the handle's hash tag). Charge records are JSON
 // in the handle's charges hash, field = nonce. Trailing global index keys are passed only outside
-// Cluster mode; in Cluster mode redis.ts writes those indexes in companion commands.
+// Cluster mode; in Cluster mode charges.ts writes those indexes in companion commands. Dev links
+// (the dev provider's checkout) are charges' too.
 
 /**
  * §6.5 one pending charge per SKU: reuse a young opening or a pending charge with time left, else
@@ -192,3 +193,43 @@ end
 left_pending(KEYS[1], c.sku, ARGV[1])
 return out
 `;
+
+// The end of a provider read (payments/settle.ts). takePollSlot records when a read starts
+// (lastPolledAt); this records that the read which took that slot ended with a reading, so a retry
+// waiting for it (§6.5: "waits for that read") can tell "read in progress" from "read done, still
+// unpaid" and answer at once. A newer slot taken meanwhile is left alone: its read is not done.
+/** KEYS charges. ARGV nonce, polledAt, clockNow. Returns 1 when recorded, 0 otherwise. */
+export const MARK_CHARGE_READ = `
+local c = read_charge(KEYS[1], ARGV[1], tonumber(ARGV[3]))
+if not c then return 0 end
+local polled_at = tonumber(ARGV[2])
+if c.lastPolledAt ~= polled_at then return 0 end
+c.lastReadAt = polled_at
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
+return 1
+`;
+
+/** KEYS dev link. ARGV receivedAmount, now. active and unexpired → completed. */
+export const PAY_DEV_LINK = `
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+local link = cjson.decode(raw)
+if link.status ~= 'active' or link.expiresAt <= tonumber(ARGV[2]) then return 0 end
+link.status = 'completed'
+link.receivedAmount = ARGV[1]
+redis.call('SET', KEYS[1], cjson.encode(link), 'KEEPTTL')
+return 1
+`;
+
+export const CHARGE_SCRIPTS = {
+  tbBeginCharge: BEGIN_CHARGE,
+  tbAttachLink: ATTACH_LINK,
+  tbAbortCharge: ABORT_CHARGE,
+  tbTakePollSlot: TAKE_POLL_SLOT,
+  tbClaimSettlement: CLAIM_SETTLEMENT,
+  tbAbandonCharge: ABANDON_CHARGE,
+  tbExpireCharge: EXPIRE_CHARGE,
+  // the end of a provider read (Settler#awaitOtherRead)
+  tbMarkChargeRead: MARK_CHARGE_READ,
+  tbPayDevLink: PAY_DEV_LINK,
+} as const;

@@ -1,0 +1,200 @@
+// The Redis store's shared parts (SPEC §8): the client and its scripts, the key space, the mode, the
+// clock, and the discipline every concern's calls go through: a budget per call (any Redis failure
+// becomes TB_ERR_STORE_UNAVAILABLE), a money script re-run under its operation record when its reply
+// is lost, WAIT for the durability asked for, and the count of writes acted on without it. The
+// concerns (handles.ts, charges.ts, …) hold one RedisCore between them; ../redis.ts is the Store
+// they make together.
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ReplyError, type Cluster, type Redis } from 'ioredis';
+import { GatewayError } from '../../errors.js';
+import { withBudget } from '../../io/budget.js';
+import type { Logger } from '../../observability/logger.js';
+import { KeySpace } from '../keys.js';
+import { SCRIPTS, type ScriptName } from '../lua/index.js';
+import { errorMessage, type RedisClient } from '../redis-connection.js';
+import { keySlot, SLOT_COUNT } from '../slots.js';
+import type { Attempt, ChargeRecord } from '../store.js';
+
+/** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
+export const CALL_BUDGET_MS = 1_000;
+/** Operator listings read many records; they get longer. */
+export const LISTING_BUDGET_MS = 10_000;
+/** Commands per pipeline, so no command in it waits past the 500 ms command timeout on a busy server. */
+export const PIPELINE_CHUNK = 256;
+/** `handle show <fingerprint>` scans every handle key: an operator can wait. */
+export const ADMIN_SCAN_BUDGET_MS = 60_000;
+export const SCAN_COUNT = 1_000;
+/** A money script whose reply was lost is run again (same attempt) this often until the call's budget ends. */
+const RERUN_GAP_MS = 50;
+/** Server errors after which a script did not run, so running it again is only a retry: a failover or restart under way. */
+const NOT_RUN_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS)\b/;
+
+/**
+ * Writes the gateway must know are on replicas before acting on them (SPEC §21), by what happens when
+ * WAIT says they are not: `charge` (its link is not shown: the charge is abandoned), `claim` and
+ * `x402_claim` (treated as not done: the caller is refused, the reconciler or payer comes back),
+ * `adjust` (the operator is told), `commit`, `expire` and `x402_settle` (acted on: money already
+ * moved; counted and logged so an operator sees what a failover may have erased).
+ */
+export type ReplicatedWrite = 'charge' | 'claim' | 'commit' | 'adjust' | 'expire' | 'x402_claim' | 'x402_settle';
+
+/** `store.redis.durability` and its WAIT arguments. */
+export interface Durability {
+  replicas: number;
+  timeoutMs: number;
+}
+
+export type Reply = string | number | null | Reply[];
+export type Arg = string | number;
+
+export class RedisCore {
+  /** Writes WAIT did not see on enough replicas, by kind (tollbooth_store_unreplicated_writes_total). */
+  private readonly unreplicated = new Map<ReplicatedWrite, number>();
+
+  constructor(
+    readonly client: RedisClient,
+    readonly keys: KeySpace,
+    /** In Cluster mode global indexes live in other slots: they are written by companion commands. */
+    readonly clustered: boolean,
+    readonly now: () => number,
+    readonly logger: Logger,
+    readonly ledgerRetentionMs: number,
+    /** null: durability none (no WAIT). */
+    readonly durability: Durability | null,
+  ) {
+    for (const [name, lua] of Object.entries(SCRIPTS)) client.defineCommand(name, { lua });
+  }
+
+  indexAdd(index: string, score: number, member: string, liveUntil: number, now: number, mode: 'end' | ''): Promise<Reply> {
+    return this.run('tbIndexAdd', [index], [score, member, liveUntil, now, mode]);
+  }
+
+  /** Best-effort index upkeep that must not delay or fail the call it follows. */
+  background(op: string, work: Promise<unknown>): void {
+    work.catch((err: unknown) => this.logger.debug({ op, err: errorMessage(err) }, 'redis index upkeep failed; the reconciler will catch up'));
+  }
+
+  /**
+   * Runs a money script under its operation record (lua/operations.ts): when its reply is lost (the
+   * connection closed or timed out, a failover is under way) it is run again with the same attempt
+   * until the call's budget ends, and a run that finds the first run's effect answers as it did.
+   */
+  async once(script: ScriptName, opKey: string, attempt: Attempt | undefined, keys: string[], args: Arg[]): Promise<Reply> {
+    const id = attempt ?? newAttempt();
+    const giveUpAt = performance.now() + CALL_BUDGET_MS - RERUN_GAP_MS;
+    for (;;) {
+      try {
+        return await this.run(script, [opKey, ...keys], [id, ...args]);
+      } catch (err) {
+        const ran = err instanceof ReplyError && !NOT_RUN_REPLY.test(errorMessage(err));
+        if (ran || performance.now() + RERUN_GAP_MS >= giveUpAt) throw err;
+        await sleep(RERUN_GAP_MS);
+      }
+    }
+  }
+
+  /**
+   * SPEC §21: with durability `replicated`, WAIT on the connection that ran the write (Cluster: the
+   * master serving the key's slot; standalone and Sentinel have one connection). True when enough
+   * replicas acknowledged it in time, or with durability `none`; a WAIT that fails counts as not acknowledged.
+   */
+  async replicated(key: string): Promise<boolean> {
+    if (!this.durability) return true;
+    const { replicas, timeoutMs } = this.durability;
+    const node = this.clustered ? masterOfSlot(this.client as Cluster, keySlot(key)) : (this.client as Redis);
+    if (!node) return false;
+    try {
+      return Number(await node.call('WAIT', replicas, timeoutMs)) >= replicas;
+    } catch {
+      return false;
+    }
+  }
+
+  countUnreplicated(write: ReplicatedWrite): void {
+    this.unreplicated.set(write, (this.unreplicated.get(write) ?? 0) + 1);
+  }
+
+  /** Counts a write that was acted on without its replicas, and logs it with the handle's fingerprint. */
+  async reportUnreplicated(write: ReplicatedWrite, handleHash: string): Promise<void> {
+    this.countUnreplicated(write);
+    const fingerprint = await this.client.hget(this.keys.handle(handleHash).handle, 'fp').catch(() => null);
+    this.logger.warn(
+      { evt: 'store_unreplicated', op: write, fingerprint: fingerprint ?? '', replicas: this.durability?.replicas, waitTimeoutMs: this.durability?.timeoutMs },
+      `a ${write} was not acknowledged by ${this.durabilityText()}: a failover now may erase it (the result was delivered)`,
+    );
+  }
+
+  durabilityText(): string {
+    const { replicas = 0, timeoutMs = 0 } = this.durability ?? {};
+    return `${replicas} replica${replicas === 1 ? '' : 's'} within ${timeoutMs} ms`;
+  }
+
+  /** Writes acted on without the replicas durability asked for, by kind, since this store was opened. */
+  unreplicatedWrites(): Record<string, number> {
+    return Object.fromEntries(this.unreplicated);
+  }
+
+  run(script: ScriptName, keys: string[], args: Arg[]): Promise<Reply> {
+    const command = (this.client as unknown as Record<ScriptName, (numKeys: number, ...rest: Arg[]) => Promise<Reply>>)[script];
+    return command.call(this.client, keys.length, ...keys, ...args);
+  }
+
+  /** Runs one store operation within the call budget; any Redis failure becomes TB_ERR_STORE_UNAVAILABLE. */
+  async call<T>(op: string, work: () => Promise<T>, budgetMs = CALL_BUDGET_MS): Promise<T> {
+    try {
+      return await withBudget(work(), budgetMs, `no answer within ${budgetMs} ms`);
+    } catch (err) {
+      if (err instanceof GatewayError) throw err;
+      throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the Redis store is unavailable (${op}): ${errorMessage(err)}`, { cause: err });
+    }
+  }
+
+  /** Standalone: the one server; Cluster: every master (SCAN is per node). */
+  masters(): Redis[] {
+    return this.clustered ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+  }
+
+  /** SCAN MATCH on one node, one batch of keys at a time (an operator verb: each call gets the admin budget). */
+  async *scan(node: Redis, pattern: string): AsyncIterable<string[]> {
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.call('scan', () => node.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT), ADMIN_SCAN_BUDGET_MS);
+      cursor = next;
+      if (keys.length > 0) yield keys;
+    } while (cursor !== '0');
+  }
+}
+
+export const newAttempt = (): Attempt => randomBytes(9).toString('base64url');
+
+export const asArray = (reply: Reply): Reply[] => (Array.isArray(reply) ? reply : [reply]);
+
+export function parseCharge(raw: Reply | undefined): ChargeRecord | null {
+  return typeof raw === 'string' ? (JSON.parse(raw) as ChargeRecord) : null;
+}
+
+/** `size` slots of a rotating walk over every slot, from `cursor` on. */
+export function walkSlice(cursor: number, size: number): number[] {
+  return Array.from({ length: size }, (_, i) => (cursor + i) % SLOT_COUNT);
+}
+
+/** The master serving a slot, by the client's slot map: the connection a script on that slot went through. */
+function masterOfSlot(cluster: Cluster, slot: number): Redis | null {
+  const address = cluster.slots[slot]?.[0];
+  return cluster.nodes('master').find((node) => `${node.options.host}:${node.options.port}` === address) ?? null;
+}
+
+/** Slots grouped by the master serving them, by the client's slot map (a slot with no known master is left out). */
+export function slotsByMaster(cluster: Cluster, slots: Iterable<number>): Map<Redis, number[]> {
+  const masters = new Map(cluster.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+  const byNode = new Map<Redis, number[]>();
+  for (const slot of slots) {
+    const node = masters.get(cluster.slots[slot]?.[0] ?? '');
+    if (!node) continue;
+    const nodeSlots = byNode.get(node);
+    if (nodeSlots) nodeSlots.push(slot);
+    else byNode.set(node, [slot]);
+  }
+  return byNode;
+}
