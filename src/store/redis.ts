@@ -29,6 +29,7 @@ import {
   newChargeRecord,
   newPaymentNonceRecord,
 } from './policy.js';
+import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -490,6 +491,27 @@ export class RedisStore implements Store {
 
   async ping(): Promise<void> {
     await this.call('ping', () => this.client.ping());
+  }
+
+  // Budgets and allowances (SPEC §23): stubs until store/redis/quotas.ts lands.
+  async reserveQuotas(_request: QuotaRequest): Promise<QuotaDecision> {
+    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
+  }
+
+  async concludeQuotas(_holdId: string, _counters: QuotaCounter[], _outcome: 'commit' | 'release', _attempt?: Attempt): Promise<void> {
+    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
+  }
+
+  async holdQuotas(_holdId: string, _counters: QuotaCounter[], _deadline: number): Promise<boolean> {
+    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
+  }
+
+  async releaseStaleQuotas(_now: number, _limit: number): Promise<number> {
+    return 0;
+  }
+
+  async quotaUsage(_counters: QuotaCounter[]): Promise<QuotaUsage[]> {
+    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
   }
 
   async close(): Promise<void> {
