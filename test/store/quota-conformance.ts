@@ -155,6 +155,18 @@ export function quotaBehaviours(behaviour: Behaviour): void {
     t.same(await used(f.store, cap), { calls: 1, credits: 0 });
   });
 
+  behaviour('quotas: a refusal never gives back a part an earlier reserve of the same hold drew', async (f, t) => {
+    const now = f.clock.now();
+    const a = draw(now, { subject: 'p:a-' + randomId('') });
+    const full = draw(now, { subject: 'p:z-' + randomId(''), maxCalls: 0 });
+    const request = quotaRequest(now, [a]);
+    t.same(await f.store.reserveQuotas(request), { kind: 'held' });
+    t.match(await f.store.reserveQuotas({ ...request, draws: [a, full] }), { kind: 'exceeded', subject: full.subject });
+    t.same(await used(f.store, a), { calls: 1, credits: 0 });
+    await f.store.concludeQuotas(request.holdId, [a], 'commit');
+    t.same(await used(f.store, a), { calls: 1, credits: 0 });
+  });
+
   behaviour('quotas: a new window starts a fresh counter', async (f, t) => {
     const windowMs = 10 * MINUTE;
     const now = f.clock.now();

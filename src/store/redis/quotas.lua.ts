@@ -28,13 +28,14 @@ end
  * KEYS: hold, index, counter₁…counterₙ (a counter drawn twice in one request appears twice).
  * ARGV: member, deadline, holdEnds, now, then per counter 7 values: field, calls, credits, maxCalls
  * ('' = none), maxCredits ('' = none), counterEnds, resetsAt.
- * Reply: {'held'} or {'exceeded', counter position (1-based), usedCalls, usedCredits}.
+ * Reply: {'held', 1} (drawn now), {'held', 0} (this hold's part was already here) or
+ * {'exceeded', counter position (1-based), usedCalls, usedCredits}.
  */
 export const RESERVE_QUOTAS = `
 local hold, index = KEYS[1], KEYS[2]
 local member, deadline, hold_ends, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 -- This hold's part is already here: an earlier run of the same call drew on it. Never draw twice.
-if redis.call('EXISTS', hold) == 1 then return {'held'} end
+if redis.call('EXISTS', hold) == 1 then return {'held', 0} end
 local pending = {}
 for i = 3, #KEYS do
   local a = 4 + (i - 3) * 7
@@ -68,7 +69,7 @@ for i = 3, #KEYS do
 end
 redis.call('HSET', hold, 'd', int(deadline))
 redis.call('PEXPIREAT', hold, int(hold_ends))
-return {'held'}
+return {'held', 1}
 `;
 
 /**

@@ -63,8 +63,9 @@ export class RedisQuotas {
       const drawn: [string, QuotaDraw[]][] = [];
       for (const [subject, draws] of bySubject(request.draws)) {
         const decision = await this.reservePart(subject, draws, request, attempt);
-        if (decision.kind === 'held') {
-          drawn.push([subject, draws]);
+        if (decision === 'drawn' || decision === 'already') {
+          // A part that was already here belongs to an earlier call of this hold: never given back here.
+          if (decision === 'drawn') drawn.push([subject, draws]);
           continue;
         }
         // All or nothing: give back what the earlier subjects drew. The give-back has its own
@@ -129,7 +130,7 @@ export class RedisQuotas {
     });
   }
 
-  private async reservePart(subject: string, draws: QuotaDraw[], request: QuotaRequest, attempt: Attempt): Promise<QuotaDecision> {
+  private async reservePart(subject: string, draws: QuotaDraw[], request: QuotaRequest, attempt: Attempt): Promise<'drawn' | 'already' | Extract<QuotaDecision, { kind: 'exceeded' }>> {
     const { keys, clustered } = this.redis;
     const counterKeys = draws.map((draw) => keys.quotaCounter(subject, counterField(draw)));
     const perDraw = draws.flatMap((draw) => [counterField(draw), draw.calls, draw.credits, draw.maxCalls ?? '', draw.maxCredits ?? '', counterEnd(draw), windowEnd(draw)]);
@@ -137,7 +138,7 @@ export class RedisQuotas {
     const opKey = keys.quotaOperation(subject, 'qr', request.holdId);
     const reply = await this.redis.once('tbReserveQuotas', opKey, attempt, [keys.quotaHold(subject, request.holdId), keys.quotaHoldIndexOf(subject, clustered), ...counterKeys], args);
     const [kind, position, usedCalls, usedCredits] = Array.isArray(reply) ? reply : [reply];
-    if (kind === 'held') return { kind: 'held' };
+    if (kind === 'held') return Number(position) === 1 ? 'drawn' : 'already';
     const draw = draws[Number(position) - 1];
     if (kind !== 'exceeded' || !draw) throw new GatewayError('TB_ERR_INTERNAL', `unexpected reserve-quotas reply from Redis: ${String(kind)}`);
     return { kind: 'exceeded', name: draw.name, subject, resetsAt: windowEnd(draw), usedCalls: Number(usedCalls), usedCredits: Number(usedCredits) };
