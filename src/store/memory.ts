@@ -11,6 +11,8 @@
 // expired (an access or the sweep): its `expire` ledger entries and the loss of its credits happen together.
 
 import type { BucketParams } from './policy.js';
+import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
+import { MemoryQuotas } from './memory/quotas.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -32,6 +34,8 @@ export class MemoryStore implements Store {
   private readonly ledgerReads: MemoryLedgerReads;
   private readonly x402: MemoryX402;
   private readonly requests: MemoryRequests;
+  /** Budget and allowance counters (SPEC §23). */
+  private readonly quotas: MemoryQuotas;
 
   constructor(options: { now?: () => number; ledgerRetentionMs?: number } = {}) {
     this.core = new MemoryCore(options);
@@ -41,6 +45,7 @@ export class MemoryStore implements Store {
     this.ledgerReads = new MemoryLedgerReads(this.core);
     this.x402 = new MemoryX402(this.core);
     this.requests = new MemoryRequests(this.core);
+    this.quotas = new MemoryQuotas(this.core.clock);
   }
 
   // ── handles, reservations, grants (memory/handles.ts) ──────────────────────────────────────────
@@ -242,6 +247,13 @@ export class MemoryStore implements Store {
   // ── the store itself ────────────────────────────────────────────────────────────────────────────
 
   async ping(): Promise<void> {}
+
+  // Budgets and allowances (SPEC §23): memory/quotas.ts.
+  reserveQuotas(request: QuotaRequest): Promise<QuotaDecision> { return this.quotas.reserveQuotas(request); }
+  concludeQuotas(holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', attempt?: Attempt): Promise<void> { return this.quotas.concludeQuotas(holdId, counters, outcome, attempt); }
+  holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean> { return this.quotas.holdQuotas(holdId, counters, deadline); }
+  releaseStaleQuotas(now: number, limit: number): Promise<number> { return this.quotas.releaseStaleQuotas(now, limit); }
+  quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]> { return this.quotas.quotaUsage(counters); }
 
   async close(): Promise<void> {}
 

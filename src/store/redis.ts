@@ -15,6 +15,8 @@ import { KeySpace } from './keys.js';
 import { LEDGER_RETENTION_MS } from './policy.js';
 import { openRedisClient } from './redis-connection.js';
 import { slotTags } from './slots.js';
+import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
+import { RedisQuotas } from './redis/quotas.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -54,6 +56,8 @@ export class RedisStore implements Store {
   private readonly ledgerReads: RedisLedgerReads;
   private readonly x402: RedisX402;
   private readonly requests: RedisRequests;
+  /** Budget and allowance counters (SPEC §23). */
+  private readonly quotas: RedisQuotas;
 
   private constructor(private readonly core: RedisCore) {
     this.handleOps = new RedisHandles(core);
@@ -62,6 +66,7 @@ export class RedisStore implements Store {
     this.ledgerReads = new RedisLedgerReads(core);
     this.x402 = new RedisX402(core);
     this.requests = new RedisRequests(core);
+    this.quotas = new RedisQuotas({ client: core.client, keys: core.keys, clustered: core.clustered, now: core.now, once: (...a) => core.once(...a), run: (...a) => core.run(...a), call: (op, work, budgetMs) => core.call(op, work, budgetMs) });
   }
 
   /** Connects (standalone/Sentinel via `url`, Cluster via `cluster`) or fails clearly: there is no fallback store. */
@@ -278,6 +283,13 @@ export class RedisStore implements Store {
   async ping(): Promise<void> {
     await this.core.call('ping', () => this.core.client.ping());
   }
+
+  // Budgets and allowances (SPEC §23): redis/quotas.ts.
+  reserveQuotas(request: QuotaRequest): Promise<QuotaDecision> { return this.quotas.reserveQuotas(request); }
+  concludeQuotas(holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', attempt?: Attempt): Promise<void> { return this.quotas.concludeQuotas(holdId, counters, outcome, attempt); }
+  holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean> { return this.quotas.holdQuotas(holdId, counters, deadline); }
+  releaseStaleQuotas(now: number, limit: number): Promise<number> { return this.quotas.releaseStaleQuotas(now, limit); }
+  quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]> { return this.quotas.quotaUsage(counters); }
 
   async close(): Promise<void> {
     try {

@@ -273,6 +273,75 @@ export interface Store {
   /** Forgets the task (its reservation was committed or released). */
   endTask(key: TaskKey): Promise<void>;
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
+  // ── budgets and allowances (SPEC §23; store/memory/quotas.ts, store/redis/quotas.ts) ────────────
+  /**
+   * Draws on every counter of `request` or on none: each draw is counted as held (toward its caps) until
+   * concluded. The first counter that would go over its cap refuses the whole request. Idempotent by
+   * (holdId, attempt) like the other money writes: a re-run after a lost reply answers as the first run.
+   * In Cluster the counters may live in several slots: they are drawn in subject order and the ones
+   * already drawn are given back when a later one refuses; a crash in between leaves holds the stale
+   * sweep (releaseStaleQuotas) gives back after `deadline`. A store error (TB_ERR_STORE_UNAVAILABLE) may
+   * come after some subjects were drawn: the caller refuses the call and may concludeQuotas 'release'
+   * (harmless when nothing was drawn); otherwise the sweep gives them back.
+   */
+  reserveQuotas(request: QuotaRequest): Promise<QuotaDecision>;
+  /**
+   * The hold's outcome: 'commit' counts the held draws for good, 'release' gives them back. Idempotent:
+   * a hold already concluded (or swept) is left as it is. `counters` are the request's draws.
+   */
+  concludeQuotas(holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', attempt?: Attempt): Promise<void>;
+  /** Moves a hold's deadline (a priced call answered with a task holds its draws to the task's end); false if the hold is gone. */
+  holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean>;
+  /** Gives back holds whose deadline passed (a gateway died mid-call); returns how many hold parts (one per subject a hold drew on). */
+  releaseStaleQuotas(now: number, limit: number): Promise<number>;
+  /** What each counter has used in its window (committed and held). A counter never drawn on reads 0/0. */
+  quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]>;
+  // ── end of budgets and allowances ───────────────────────────────────────────────────────────────
+}
+
+// ── budgets and allowances (SPEC §23) ────────────────────────────────────────────────────────────
+
+/** One fixed window of one budget or allowance for one subject. */
+export interface QuotaCounter {
+  /** `budget:<name>` or `allowance:<name>` (config names are unique per kind). */
+  name: string;
+  /** Whose: `p:<principal>`, `h:<handle hash>`, or `c:<client key>` (IPv4 address / IPv6 /64). */
+  subject: string;
+  windowMs: number;
+  /** Epoch ms, quotaWindowStart(now, windowMs): windows are aligned to the UTC epoch. */
+  windowStart: number;
+}
+
+/** What one call draws on a counter, and the counter's caps (null: no cap of that kind). */
+export interface QuotaDraw extends QuotaCounter {
+  calls: number;
+  credits: number;
+  maxCalls: number | null;
+  maxCredits: number | null;
+}
+
+export interface QuotaRequest {
+  /** The call's id (its reservation id): one hold per call. */
+  holdId: string;
+  draws: QuotaDraw[];
+  /** Epoch ms after which the stale sweep gives the hold back (callDeadline + 5 s, or the task deadline). */
+  deadline: number;
+  attempt?: Attempt;
+}
+
+export type QuotaDecision =
+  | { kind: 'held' }
+  /** `name` is the counter that refused; it resets at `resetsAt` (epoch ms, its window's end). */
+  | { kind: 'exceeded'; name: string; subject: string; resetsAt: number; usedCalls: number; usedCredits: number };
+
+export interface QuotaUsage extends QuotaCounter {
+  calls: number;
+  credits: number;
+}
+
+/** The start of the fixed window holding `now`. */
+export function quotaWindowStart(now: number, windowMs: number): number {
+  return now - (now % windowMs);
 }
 
 /** A task the upstream created for a priced call: the endpoint it was created on and the upstream's task id. */

@@ -5,6 +5,7 @@ import { CHARGE_SCRIPTS } from '../redis/charges.lua.js';
 import { COORDINATION_SCRIPTS } from '../redis/coordination.lua.js';
 import { HANDLE_SCRIPTS } from '../redis/handles.lua.js';
 import { LEDGER_SCRIPTS } from '../redis/ledger.lua.js';
+import { QUOTA_SCRIPTS } from '../redis/quotas.lua.js';
 import { REQUEST_SCRIPTS } from '../redis/requests.lua.js';
 import { X402_SCRIPTS } from '../redis/x402.lua.js';
 import { GLOBAL_SCRIPTS } from './global.js';
@@ -24,6 +25,8 @@ const BODIES = {
   ...X402_SCRIPTS,
   ...REQUEST_SCRIPTS,
   ...GLOBAL_SCRIPTS,
+  // budgets and allowances (SPEC §23)
+  ...QUOTA_SCRIPTS,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;
@@ -37,6 +40,7 @@ export type ScriptName = keyof typeof BODIES;
  */
 export const ONCE_SCRIPTS = new Set<ScriptName>([
   'tbReserve', 'tbCommit', 'tbRelease', 'tbGrantCredits', 'tbBeginCharge', 'tbAttachLink', 'tbClaimSettlement', 'tbClaimPaymentNonce', 'tbFinishPaymentNonce',
+  'tbReserveQuotas', 'tbConcludeQuotas',
 ]);
 
 /** Script name → full Lua source (shared helpers first). */
