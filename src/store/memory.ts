@@ -204,7 +204,7 @@ export class MemoryStore implements Store {
       sku: reservation.sku,
       credits: -reservation.cost,
       balanceAfter: ownedOf(handle, reservation.sku),
-      ref: null,
+      ref: reservationId, // matches the spend to its call's log lines (SPEC §17 note in docs/reference/ledger)
       ...(tool ? { tool } : {}),
     });
     return handle.balances.get(reservation.sku) ?? 0;
