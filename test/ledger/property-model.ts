@@ -17,7 +17,6 @@
 // agent's retry, a reconciler pass or a webhook (the provider's notice, re-read by ref).
 // Negative controls (test/ledger/property-controls.test.ts): stores that double-grant, lose a commit
 // or grant a partial payment in full fail this property.
-import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import type { ToolCall } from '../../src/mcp/classify.js';
 import type { JsonRpcResponse } from '../../src/mcp/jsonrpc.js';
@@ -30,10 +29,7 @@ import { Settler } from '../../src/payments/settle.js';
 import { CHALLENGE_META_KEY, RECEIPT_META_KEY } from '../../src/mcp/challenge.js';
 import { Paywall } from '../../src/paywall/decide.js';
 import type { Authorisation, CallOutcome, PricedCall } from '../../src/paywall/outcome.js';
-import { MemoryStore } from '../../src/store/memory.js';
-import { RedisStore } from '../../src/store/redis.js';
 import type { Store } from '../../src/store/store.js';
-import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
 import { allEntries, expireAll, verified } from '../store/ledger-conformance.js';
 import { skippingClock } from '../helpers/clock.js';
 
