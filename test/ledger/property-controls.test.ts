@@ -43,7 +43,7 @@ for (const [name, Broken] of Object.entries(broken)) {
     );
     t.match(error?.message, /Property failed/, `${name}: a counterexample within ${RUNS} runs`);
     // One of the property's own checks failed (not a crash of the run).
-    t.match((error?.cause as Error | undefined)?.message, /^(ledger verify|spend entries|adjust entries|grant entries|model:|payment policy)/, (error?.cause as Error | undefined)?.message);
+    t.match((error?.cause as Error | undefined)?.message, /^(ledger verify|spend entries|adjust entries|grant entries|model:|payment policy)/, String((error?.cause as Error | undefined)?.message));
   });
 }
 
