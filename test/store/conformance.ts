@@ -125,9 +125,15 @@ export interface ConcurrentReserveOutcome {
  * reads, decides and then writes grants more. Exported so the negative control can run it alone.
  */
 export async function concurrentReserveOutcome(store: Store, clock: ManualClock, calls = 200, credits = 50): Promise<ConcurrentReserveOutcome> {
-  const fixture = new StoreFixture(store, clock, true);
+  return concurrentReserveOutcomeOver([store], clock, calls, credits);
+}
+
+/** The same, with the reserves spread over several instances of one store (replicas sharing one Redis). */
+export async function concurrentReserveOutcomeOver(stores: Store[], clock: ManualClock, calls = 200, credits = 50): Promise<ConcurrentReserveOutcome> {
+  const fixtures = stores.map((store) => new StoreFixture(store, clock, true));
+  const fixture = fixtures[0] as StoreFixture;
   const handleHash = await fixture.handle({ credits });
-  const decisions = await Promise.all(Array.from({ length: calls }, () => fixture.spend(handleHash)));
+  const decisions = await Promise.all(Array.from({ length: calls }, (_, i) => (fixtures[i % fixtures.length] as StoreFixture).spend(handleHash)));
   const count = (kind: SpendDecision['kind']): number => decisions.filter((decision) => decision.kind === kind).length;
   const reserved = count('reserved');
   const insufficient = count('insufficient');
@@ -154,6 +160,70 @@ export function nonceClaim(clock: ManualClock, overrides: Partial<PaymentNonceCl
 export async function concurrentNonceClaims(stores: Store[], claim: PaymentNonceClaim, calls = 200): Promise<number> {
   const results = await Promise.all(Array.from({ length: calls }, (_, i) => (stores[i % stores.length] as Store).claimPaymentNonce({ ...claim })));
   return results.filter(Boolean).length;
+}
+
+/**
+ * The money promises across replicas: `makeStores` opens several instances on one backend (two
+ * gateways on one Redis), and every race is spread over them. A store that locks only within one
+ * instance passes the single-instance suite and fails here (negative-control.test.ts shows it).
+ */
+export function crossInstanceConformance(t: Test, name: string, makeStores: (opts: { now: () => number }) => Promise<Store[]>): void {
+  t.test(`${name} cross-instance conformance`, async (suite) => {
+    const behaviour = (title: string, body: (stores: Store[], clock: ManualClock, t: Test) => Promise<void>): void => {
+      suite.test(title, async (t) => {
+        const clock = new ManualClock();
+        const stores = await makeStores({ now: clock.now });
+        t.teardown(() => Promise.all(stores.map((store) => store.close())));
+        await body(stores, clock, t);
+      });
+    };
+
+    behaviour('200 concurrent reserves over the instances on 50 credits reserve exactly 50', async (stores, clock, t) => {
+      t.same(await concurrentReserveOutcomeOver(stores, clock), { reserved: 50, insufficient: 150, other: 0, finalBalance: 0 });
+    });
+
+    behaviour('50 concurrent claims of one settlement over the instances grant it once', async (stores, clock, t) => {
+      const f = new StoreFixture(stores[0] as Store, clock, true);
+      const handleHash = await f.handle();
+      const charge = await f.pendingCharge(handleHash);
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => (stores[i % stores.length] as Store).claimSettlement({ handleHash, nonce: charge.nonce, outcome: 'settled', credits: 10, receivedAmount: charge.amount })),
+      );
+      t.equal(results.filter((result) => result.claimed).length, 1, 'one claim');
+      t.equal(await f.balance(handleHash), 10, 'granted once');
+    });
+
+    behaviour('concurrent commits and releases of one reservation over the instances move its credits once', async (stores, clock, t) => {
+      const f = new StoreFixture(stores[0] as Store, clock, true);
+      const handleHash = await f.handle({ credits: 5 });
+      await f.spend(handleHash, { reservationId: 'r-race', cost: 2 });
+      const results = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => {
+          const store = stores[i % stores.length] as Store;
+          return i % 4 < 2 ? store.commit(handleHash, 'r-race', 'fetch_readable') : store.release(handleHash, 'r-race');
+        }),
+      );
+      t.equal(results.filter((result) => result !== null).length, 1, 'one conclusion moved the credits');
+      const balance = await f.balance(handleHash);
+      t.ok(balance === 3 || balance === 5, `committed (3) or released (5), never both: ${balance}`);
+    });
+
+    behaviour('concurrent bindings of one session over the instances: one principal wins everywhere', async (stores, _clock, t) => {
+      const session = randomId('s_');
+      const owners = await Promise.all(Array.from({ length: 50 }, (_, i) => (stores[i % stores.length] as Store).bindSession(session, `sub:user-${i}`, HOUR)));
+      t.equal(new Set(owners).size, 1, 'one owner');
+      for (const store of stores) t.equal(await store.sessionPrincipal(session, HOUR), owners[0]);
+    });
+
+    behaviour('concurrent lease requests over the instances grant one', async (stores, _clock, t) => {
+      const results = await Promise.all(Array.from({ length: 20 }, (_, i) => (stores[i % stores.length] as Store).acquireLease('reconciler', `gw-${i}`, 10_000)));
+      t.equal(results.filter(Boolean).length, 1);
+    });
+
+    behaviour('concurrent claims of one x402 nonce over the instances: one wins', async (stores, clock, t) => {
+      t.equal(await concurrentNonceClaims(stores, nonceClaim(clock)), 1);
+    });
+  });
 }
 
 export function storeConformance(t: Test, name: string, makeStore: MakeStore, options: ConformanceOptions = {}): void {
