@@ -204,7 +204,7 @@ export class MemoryStore implements Store {
       sku: reservation.sku,
       credits: -reservation.cost,
       balanceAfter: ownedOf(handle, reservation.sku),
-      ref: reservationId, // matches the spend to its call's log lines (SPEC §17 note in docs/reference/ledger)
+      ref: reservationId, // matches the spend to its call's log lines (docs/decisions.md, "`ref` per kind")
       ...(tool ? { tool } : {}),
     });
     return handle.balances.get(reservation.sku) ?? 0;
