@@ -106,6 +106,8 @@ export interface CallLine {
   durationMs: number;
   /** Concluded on a resumed stream (SPEC §6.5). */
   resumed?: boolean;
+  /** The reservation id of a call that held credits: the `ref` of its `spend` ledger entry when committed. */
+  ref?: string | undefined;
   /** x402 (SPEC §19): payer shortened, network, amount in atomic units, whether the payment was settled. */
   x402?: { payer: string; network: string; amount: string; settled: boolean } | undefined;
 }
@@ -124,7 +126,7 @@ export function createCallLogger(logger: Logger, server: string): CallLogger {
     child.info(
       x402
         ? { reqId: line.reqId, tool: line.tool, sku: line.sku, rail: line.rail, tokenPresented: line.tokenPresented, tokenFingerprint: line.tokenFingerprint, tokenRecognised: line.tokenRecognised, outcome: line.outcome, cost: line.cost, durationMs: line.durationMs, resumed: line.resumed === true ? true : undefined, payer: x402.payer, network: x402.network, amount: x402.amount, settled: x402.settled }
-        : { reqId: line.reqId, tool: line.tool, sku: line.sku, rail: line.rail, tokenPresented: line.tokenPresented, tokenFingerprint: line.tokenFingerprint, tokenRecognised: line.tokenRecognised, outcome: line.outcome, cost: line.cost, durationMs: line.durationMs, resumed: line.resumed === true ? true : undefined },
+        : { reqId: line.reqId, tool: line.tool, sku: line.sku, rail: line.rail, tokenPresented: line.tokenPresented, tokenFingerprint: line.tokenFingerprint, tokenRecognised: line.tokenRecognised, outcome: line.outcome, cost: line.cost, durationMs: line.durationMs, resumed: line.resumed === true ? true : undefined, ref: line.ref },
     );
   };
 }

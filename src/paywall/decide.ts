@@ -158,7 +158,7 @@ export class Paywall {
     const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: this.#recordedTool(priced.call.name), reqId: priced.reqId });
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
     const logOutcome: PaidOutcome = unfinished ? 'input_required' : outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
-    if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent);
+    if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent, held.reservationId);
 
     const state = settled.state;
     return { state, message: await this.#finalMessage(priced, outcome, succeeded, settled) };
@@ -220,7 +220,7 @@ export class Paywall {
     const settled = await this.#settle(record.handleHash, record.reservationId, keep, null, { sku, cost, tool: record.tool });
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : delivers ? 'authorised' : 'upstream_error';
-      this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
+      this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true, ref: record.reservationId });
     }
     // Committed: a later tasks/result reads a result already paid for, so the record goes. Released: it
     // stays (until its lifetime ends), so a result that turns up after all finds nothing to commit.
@@ -273,7 +273,7 @@ export class Paywall {
     const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool });
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : unfinished ? 'input_required' : succeeded ? 'authorised' : 'upstream_error';
-      this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true });
+      this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true, ref: record.reservationId });
     }
     if (settled.state === 'committed') return succeeded ? withReceipt(message, { sku, cost, remaining: settled.remaining }) : message;
     // Released here for an error result: the client may see the error. Released at the deadline, by
@@ -309,7 +309,7 @@ export class Paywall {
       return { state: 'released', remaining: null, ours: false };
     } catch (error) {
       // The reconciler releases the reservation after its deadline: the payer is never charged for this.
-      this.#countStoreFailure(context.reqId, error, keep ? 'commit' : 'release');
+      this.#countStoreFailure(context.reqId, error, keep ? 'commit' : 'release', reservationId);
       return { state: 'unknown', remaining: null, ours: false };
     }
   }
@@ -488,10 +488,11 @@ export class Paywall {
     this.#countStoreFailure(priced.reqId, error, op);
   }
 
-  #countStoreFailure(reqId: string | undefined, error: unknown, op: string): void {
+  /** `ref`: the reservation id of a commit or release whose outcome is unknown (the spend, if it ran, carries it). */
+  #countStoreFailure(reqId: string | undefined, error: unknown, op: string, ref?: string): void {
     const code = failureCode(error);
     if (error instanceof GatewayError && error.code === 'TB_ERR_STORE_UNAVAILABLE') this.#deps.metrics.storeErrors.inc({ op });
-    this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId, op, code }, 'a priced call was refused or withheld because the store or the payment provider failed');
+    this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId, op, code, ref }, 'a priced call was refused or withheld because the store or the payment provider failed');
   }
 
   /** A registry write that must not delay the answer; a failure only weakens what a later resumed stream can prove (it then drops). */
@@ -505,12 +506,12 @@ export class Paywall {
     return server === 'default' ? name : `${server}/${name}`;
   }
 
-  #logCall(priced: PricedCall, outcome: PaidOutcome, facts: CallFacts, cost: number): void {
-    this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts, outcome, cost, startedAt: priced.startedAt });
+  #logCall(priced: PricedCall, outcome: PaidOutcome, facts: CallFacts, cost: number, ref?: string): void {
+    this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts, outcome, cost, startedAt: priced.startedAt, ref });
   }
 
   /** The one log line (and counter) of a priced call (SPEC §10), wherever it is concluded. */
-  #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; x402?: { payer: string; network: string; amount: string; settled: boolean } }): void {
+  #logLine(line: { reqId?: string | undefined; tool: string; sku: string; facts: CallFacts; outcome: PaidOutcome; cost: number; startedAt: number; resumed?: boolean; ref?: string | undefined; x402?: { payer: string; network: string; amount: string; settled: boolean } }): void {
     this.#paidCallCounter(line.tool, line.sku, line.outcome).inc();
     recordPaidCall(line.tool, line.sku, line.outcome, line.cost);
     // An x402-paid call adds payer (shortened), network, amount (atomic units) and settled: never the payment or its signature.
@@ -527,6 +528,7 @@ export class Paywall {
       cost: line.cost,
       durationMs: this.#deps.now() - line.startedAt,
       resumed: line.resumed,
+      ref: line.ref,
       x402: line.x402,
     });
   }

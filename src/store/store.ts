@@ -391,7 +391,7 @@ export type LedgerKind = 'grant' | 'adjust' | 'spend' | 'expire' | 'x402_settle'
  * One ledger entry. `balanceAfter` is what the handle owns in `sku` after the entry: its available
  * balance plus the credits its reservations hold (a reservation is not an entry), so within one
  * ledger it is the running sum of `credits` per SKU. Never a handle, link id or URL: `ref` is a
- * charge nonce (grant) or an x402 authorization nonce.
+ * charge nonce (grant), the call's reservation id (spend) or an x402 authorization nonce.
  */
 export interface LedgerEntry {
   seq: number; // 1, 2, 3 … per ledger

@@ -92,7 +92,7 @@ t.test('logs.md: every evt the source logs is listed, and every listed evt is lo
   const doc = read('docs/reference/logs.md');
   for (const evt of logged) t.ok(doc.includes(`\`${evt}\``) || doc.includes(`evt:"${evt}"`), `${evt} is in logs.md`);
   const listed = rows(doc).map(([evt = '']) => evt).filter((evt) => /^[a-z0-9_]+$/.test(evt) && !['level', 'time', 'name', 'evt', 'msg', 'reqId'].includes(evt));
-  const fieldsOfCall = new Set(['server', 'tool', 'sku', 'rail', 'tokenPresented', 'tokenFingerprint', 'tokenRecognised', 'outcome', 'cost', 'durationMs', 'resumed']);
+  const fieldsOfCall = new Set(['server', 'tool', 'sku', 'rail', 'tokenPresented', 'tokenFingerprint', 'tokenRecognised', 'outcome', 'cost', 'durationMs', 'resumed', 'ref']);
   t.same(listed.filter((evt) => !logged.has(evt) && !fieldsOfCall.has(evt)), [], 'no row for an event nothing logs');
 });
 

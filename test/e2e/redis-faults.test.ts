@@ -7,6 +7,7 @@ import { Agent } from 'undici';
 import {
   balanceOf,
   callTool,
+  HASH_SECRET,
   connectStore,
   heldReservations,
   payDevCheckout,
@@ -19,6 +20,8 @@ import {
   type RedisTarget,
 } from '../helpers/gateway-process.js';
 import { waitFor } from '../helpers/clock.js';
+import { matchSpends, runLedger } from '../helpers/run-ledger.js';
+import { hashHandle } from '../../src/paywall/handles.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
 
@@ -32,7 +35,7 @@ interface Setup {
   keyPrefix: string;
 }
 
-async function setUp(t: Test, target: RedisTarget, replicas: number, credits: number): Promise<Setup> {
+async function setUp(t: Test, target: RedisTarget, replicas: number, credits: number, logLevel: 'warn' | 'info' = 'warn'): Promise<Setup> {
   const upstream = await startPaidUpstream('stateless-json');
   t.teardown(() => upstream.close());
   const keyPrefix = `tbfault${randomBytes(3).toString('hex')}:`;
@@ -40,6 +43,7 @@ async function setUp(t: Test, target: RedisTarget, replicas: number, credits: nu
     upstream: { url: upstream.url, callDeadline: CALL_DEADLINE_MS },
     payments: { provider: 'dev', reconcile: { interval: '1s' } },
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits } },
+    logging: { level: logLevel }, // info: the call lines that name each committed call's reservation
   });
   const gateways = await Promise.all(Array.from({ length: replicas }, () => startGatewayProcess(t, config)));
   return { upstream, gateways, target, keyPrefix };
@@ -54,10 +58,10 @@ async function fundedHandle(gateway: GatewayProcess): Promise<string> {
   return challenge.handle;
 }
 
-t.test('redis-server SIGKILLed mid-load and restarted: every credit spent matches an upstream call', async (t) => {
+t.test('redis-server SIGKILLed mid-load and restarted: every credit spent is a delivered receipt or a logged lost commit reply', async (t) => {
   const redis = await startRedis({ persist: true });
   t.teardown(() => redis.stop());
-  const { upstream, gateways, target, keyPrefix } = await setUp(t, { url: redis.url }, 2, 1_000);
+  const { upstream, gateways, target, keyPrefix } = await setUp(t, { url: redis.url }, 2, 1_000, 'info');
   const store = await connectStore(t, target, keyPrefix);
   const handle = await fundedHandle(gateways[0]!);
   const before = (await balanceOf(store, handle)) as number;
@@ -115,8 +119,30 @@ t.test('redis-server SIGKILLed mid-load and restarted: every credit spent matche
   t.ok((whileDown['refused:payments_unavailable'] ?? 0) > 0, 'calls were refused while Redis was down');
   t.ok(receipts > beforeKill / 2 && (afterRestart.paid ?? 0) > 0, 'calls were paid before the kill and again after the restart');
   t.ok(spent <= upstreamCalls, `no credit spent without an upstream call (spent ${spent}, upstream ${upstreamCalls})`);
-  t.ok(spent >= receipts, `every receipt was charged (spent ${spent}, receipts ${receipts})`);
   t.ok(upstreamCalls - spent <= uncharged, `every upstream call was charged unless its commit failed (result withheld) or it hit the deadline (${upstreamCalls - spent} uncharged, ${uncharged} such answers)`);
+
+  // The exact ledger of the run: granted = spent + remaining, and each spend is one call, matched by
+  // its reservation id to a receipt the caller got or to a commit whose reply was lost with Redis
+  // (it ran; the gateway saw a failure, logged it with the ref and refused payments_unavailable).
+  const ledger = await runLedger(store, hashHandle(handle, HASH_SECRET), 'research');
+  const logs = (await Promise.all(gateways.map((gateway) => gateway.settledLogs()))).flat();
+  const match = matchSpends(ledger.entries, logs);
+  t.comment(
+    `ledger: granted ${ledger.granted} = spent ${ledger.spent} + balance ${ledger.balance} + reserved ${ledger.reserved}; ${match.delivered.length} spends delivered with a receipt, ` +
+      `${match.lostReplies.length} commits ran but their reply was lost (caller refused), ${match.failedCommits} logged commit failures that spent nothing`,
+  );
+  t.same(ledger.mismatches, [], 'ledger verify: sequence, running totals, hash chain and stored balance agree');
+  t.equal(ledger.granted, 1_000, 'the one settlement granted the pack');
+  t.equal(ledger.granted, ledger.spent + ledger.balance + ledger.reserved, 'granted = spent + remaining');
+  t.equal(ledger.reserved, 0, 'nothing is held any more');
+  t.equal(ledger.spent, spent, 'the ledger says what the balance says');
+  t.equal(ledger.spends, ledger.spent, 'one credit per spend entry');
+  t.same(match.duplicated, [], 'no call spent twice');
+  t.same(match.unaccounted, [], 'every spend is a call the gateway committed or a commit it logged as failed');
+  t.same(match.committedWithoutSpend, [], 'every call logged as committed has its spend entry');
+  t.equal(match.delivered.length, receipts, 'the spends of committed calls are exactly the receipts the callers got');
+  t.equal(ledger.spent, receipts + match.lostReplies.length, `spent = receipts + lost commit replies (${receipts} + ${match.lostReplies.length})`);
+  t.ok((counts['refused:payments_unavailable'] ?? 0) >= match.lostReplies.length, 'each lost commit reply was a refused call');
 });
 
 t.test('Redis down: priced calls refused payments_unavailable fast, free calls flow, /readyz says so; nothing lost after', async (t) => {

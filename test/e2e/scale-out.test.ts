@@ -7,6 +7,7 @@ import { Agent } from 'undici';
 import {
   balanceOf,
   callTool,
+  HASH_SECRET,
   connectStore,
   payDevCheckout,
   redisGatewayConfig,
@@ -18,6 +19,8 @@ import {
   type RedisTarget,
 } from '../helpers/gateway-process.js';
 import { startPaidUpstream } from '../helpers/paid-upstream.js';
+import { matchSpends, runLedger } from '../helpers/run-ledger.js';
+import { hashHandle } from '../../src/paywall/handles.js';
 import { startRedis, startRedisCluster } from '../helpers/redis-server.js';
 
 const CREDITS = 50;
@@ -33,6 +36,7 @@ async function spendAcrossReplicas(t: Test, target: RedisTarget, label: string):
     upstream: { url: upstream.url, callDeadline: '5s' },
     payments: { provider: 'dev', reconcile: { interval: '1s' } },
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: CREDITS } },
+    logging: { level: 'info' }, // the call lines that name each committed call's reservation
   });
   const gateways = await Promise.all(Array.from({ length: REPLICAS }, () => startGatewayProcess(t, config)));
   const [first, second, third] = gateways as [(typeof gateways)[0], (typeof gateways)[0], (typeof gateways)[0]];
@@ -44,7 +48,8 @@ async function spendAcrossReplicas(t: Test, target: RedisTarget, label: string):
   if (challenge.kind !== 'challenged') throw new Error(`expected a challenge, got ${JSON.stringify(challenge)}`);
   const handle = challenge.handle;
   t.equal(await payDevCheckout(challenge.checkoutUrl, second.origin), 303, 'paid through the second replica');
-  t.match(await callTool(third.url, 'fetch_readable', { url: 'https://example.com/', tollboothToken: handle }), { kind: 'paid', remaining: CREDITS - 1 }, 'the retry on the third replica spends the first credit');
+  const retry = await callTool(third.url, 'fetch_readable', { url: 'https://example.com/', tollboothToken: handle });
+  t.match(retry, { kind: 'paid', remaining: CREDITS - 1 }, 'the retry on the third replica spends the first credit');
 
   // Each replica learns the upstream's tool declarations on its first priced call (SPEC §5.4); the
   // second has only served the checkout so far. Warm it, so all three race for the credits from the start.
@@ -97,6 +102,25 @@ async function spendAcrossReplicas(t: Test, target: RedisTarget, label: string):
   t.ok(upstreamCalls >= CREDITS && upstreamCalls <= CREDITS + freeRides, `exactly the funded credits reached the upstream (${upstreamCalls}, uncharged ${freeRides})`);
   t.equal(await balanceOf(store, handle), 0, 'the final balance is 0');
   t.equal(sum('tollbooth_settlements_total', { result: 'granted' }), 1, 'one settlement over the three replicas');
+
+  // The exact ledger: the one grant, and each spend one call matched by its reservation id to a
+  // receipt a caller got, or to a commit whose reply the gateway lost (logged with the ref, the
+  // caller refused payments_unavailable). Paid receipts and credits spent then agree exactly.
+  const receipts = [[retry], burst, mopUp].reduce((total, outcomes) => total + (tally(outcomes).paid ?? 0), 0);
+  const ledger = await runLedger(store, hashHandle(handle, HASH_SECRET), 'research');
+  const logs = (await Promise.all(gateways.map((gateway) => gateway.settledLogs()))).flat();
+  const match = matchSpends(ledger.entries, logs);
+  t.comment(`${label} ledger: granted ${ledger.granted} = spent ${ledger.spent} + balance ${ledger.balance}; ${receipts} receipts, ${match.lostReplies.length} lost commit replies, ${match.failedCommits} commit failures that spent nothing`);
+  t.same(ledger.mismatches, [], 'ledger verify: sequence, running totals, hash chain and stored balance agree');
+  t.equal(ledger.granted, CREDITS, 'granted: the one pack');
+  t.equal(ledger.spent, CREDITS, 'spent: all of it');
+  t.equal(ledger.granted, ledger.spent + ledger.balance + ledger.reserved, 'granted = spent + remaining');
+  t.equal(ledger.spends, CREDITS, 'one credit per spend entry');
+  t.same(match.duplicated, [], 'no call spent twice');
+  t.same(match.unaccounted, [], 'every spend is a call the gateway committed or a commit it logged as failed');
+  t.same(match.committedWithoutSpend, [], 'every call logged as committed has its spend entry');
+  t.equal(match.delivered.length, receipts, 'the spends of committed calls are exactly the receipts the callers got');
+  t.equal(ledger.spent, receipts + match.lostReplies.length, `spent = receipts + lost commit replies (${receipts} + ${match.lostReplies.length})`);
 }
 
 t.test('standalone Redis: 600 concurrent calls over 3 processes spend exactly the funded credits', async (t) => {

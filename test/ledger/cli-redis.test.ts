@@ -76,12 +76,13 @@ t.test('ledger export: the grant, two spends and the operator grant, in time ord
   t.match(lines.pop(), { trailer: { entries: 4, lastHash: { [print]: /^[0-9a-f]{64}$/ } }, mac: null }, 'the last line is the trailer');
   t.match(lines, [
     { seq: 1, kind: 'grant', fingerprint: print, sku: 'research', credits: 3, balanceAfter: 3, amount: '5.00', currency: 'USDC' },
-    { seq: 2, kind: 'spend', fingerprint: print, credits: -1, balanceAfter: 2, ref: null, tool: 'fetch_readable' },
+    { seq: 2, kind: 'spend', fingerprint: print, credits: -1, balanceAfter: 2, ref: /^[A-Za-z0-9_-]{22}$/, tool: 'fetch_readable' },
     { seq: 3, kind: 'spend', fingerprint: print, credits: -1, balanceAfter: 1, tool: 'fetch_readable' },
     { seq: 4, kind: 'adjust', fingerprint: print, credits: 5, balanceAfter: 6, reason: `goodwill for ${print}, see [url]` },
   ]);
   t.equal(lines.length, 4, 'the refunded call wrote nothing');
   t.match(lines[0]?.ref, /^[A-Za-z0-9_-]{22}$/, 'the grant names the charge by its nonce');
+  t.equal(new Set(lines.slice(0, 3).map((line) => line.ref)).size, 3, 'each spend names its own call (the reservation id), not the charge');
   t.same(leaked(stdout + stderr), [], 'no handle, hash, link id or URL');
 });
 
@@ -91,7 +92,7 @@ t.test('ledger export --format csv: a header and the same rows; --since/--until 
   const rows = csv.stdout.trimEnd().split('\n');
   t.equal(rows.length, 6, 'the header, four rows, the trailer');
   t.match(rows[0], /^at,seq,kind,fingerprint,payer,sku,credits/);
-  t.match(rows[2], new RegExp(`^[^,]+,2,spend,${print.replace(/\./g, '\\.')},,research,-1,2,,fetch_readable,`));
+  t.match(rows[2], new RegExp(`^[^,]+,2,spend,${print.replace(/\./g, '\\.')},,research,-1,2,[A-Za-z0-9_-]{22},fetch_readable,`));
   t.same(leaked(csv.stdout), []);
   const window = await runs.window;
   t.equal(window.code, 0, window.stderr);

@@ -113,6 +113,29 @@ t.test('a commit that fails (the store is down) withholds the result: payments_u
   t.equal(await r.balance(c.handleHash), 2, 'still reserved: the reconciler releases it after the deadline');
 });
 
+t.test('a commit that ran but whose reply was lost: the spend, the call line and the paywall_unavailable line carry the same ref (issue 33)', async (t) => {
+  // The script ran in the store, then the connection dropped before its reply: the gateway sees a failure.
+  const lostReply = (store: Store): Store =>
+    new Proxy(store, {
+      get: (target, key) =>
+        key === 'commit'
+          ? async (...args: Parameters<Store['commit']>) => {
+              await target.commit(...args);
+              throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'the reply was lost');
+            }
+          : (Reflect.get(target, key) as (...a: unknown[]) => unknown).bind(target),
+    });
+  const r = rig({ wrapStore: lostReply });
+  const c = await r.reserved();
+  const conclusion = await r.paywall.conclude(c.priced, c.held, { kind: 'answered', message: result(1) }, null);
+  t.same(meta(conclusion.message, REFUSAL_META_KEY), { reason: 'payments_unavailable' }, 'the caller is refused');
+  const [, spend] = await r.store.ledgerTail(c.handleHash, 10);
+  t.match(spend, { kind: 'spend', ref: c.held.reservationId }, 'the spend names the reservation');
+  const lines = r.logs.map((line) => JSON.parse(line) as Json);
+  t.match(lines.filter((line) => line.evt === 'paywall_unavailable' && line.ref === c.held.reservationId), [{ op: 'commit', code: 'TB_ERR_STORE_UNAVAILABLE' }], 'the failure is logged with the ref');
+  t.match(lines.filter((line) => line.evt === 'call' && line.ref === c.held.reservationId), [{ outcome: 'authorised', cost: 0 }], 'the call line carries it, charged nothing as far as the gateway knows');
+});
+
 t.test('a result whose reservation was already released (the reconciler, after the deadline) is withheld', async (t) => {
   const r = rig();
   const c = await r.reserved();

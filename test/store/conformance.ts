@@ -126,9 +126,15 @@ export interface ConcurrentReserveOutcome {
  * reads, decides and then writes grants more. Exported so the negative control can run it alone.
  */
 export async function concurrentReserveOutcome(store: Store, clock: ManualClock, calls = 200, credits = 50): Promise<ConcurrentReserveOutcome> {
-  const fixture = new StoreFixture(store, clock, true);
+  return concurrentReserveOutcomeOver([store], clock, calls, credits);
+}
+
+/** The same, with the reserves spread over several instances of one store (replicas sharing one Redis). */
+export async function concurrentReserveOutcomeOver(stores: Store[], clock: ManualClock, calls = 200, credits = 50): Promise<ConcurrentReserveOutcome> {
+  const fixtures = stores.map((store) => new StoreFixture(store, clock, true));
+  const fixture = fixtures[0] as StoreFixture;
   const handleHash = await fixture.handle({ credits });
-  const decisions = await Promise.all(Array.from({ length: calls }, () => fixture.spend(handleHash)));
+  const decisions = await Promise.all(Array.from({ length: calls }, (_, i) => (fixtures[i % fixtures.length] as StoreFixture).spend(handleHash)));
   const count = (kind: SpendDecision['kind']): number => decisions.filter((decision) => decision.kind === kind).length;
   const reserved = count('reserved');
   const insufficient = count('insufficient');
@@ -157,21 +163,104 @@ export async function concurrentNonceClaims(stores: Store[], claim: PaymentNonce
   return results.filter(Boolean).length;
 }
 
+/**
+ * The money promises across replicas: `makeStores` opens several instances on one backend (two
+ * gateways on one Redis), and every race is spread over them. A store that locks only within one
+ * instance passes the single-instance suite and fails here (negative-control.test.ts shows it).
+ */
+export function crossInstanceConformance(t: Test, name: string, makeStores: (opts: { now: () => number }) => Promise<Store[]>): void {
+  t.test(`${name} cross-instance conformance`, async (suite) => {
+    const behaviour = (title: string, body: (stores: Store[], clock: ManualClock, t: Test) => Promise<void>): void => {
+      suite.test(title, async (t) => {
+        const clock = new ManualClock();
+        const stores = await makeStores({ now: clock.now });
+        t.teardown(() => Promise.all(stores.map((store) => store.close())));
+        await body(stores, clock, t);
+      });
+    };
+
+    behaviour('200 concurrent reserves over the instances on 50 credits reserve exactly 50', async (stores, clock, t) => {
+      t.same(await concurrentReserveOutcomeOver(stores, clock), { reserved: 50, insufficient: 150, other: 0, finalBalance: 0 });
+    });
+
+    behaviour('50 concurrent claims of one settlement over the instances grant it once', async (stores, clock, t) => {
+      const f = new StoreFixture(stores[0] as Store, clock, true);
+      const handleHash = await f.handle();
+      const charge = await f.pendingCharge(handleHash);
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => (stores[i % stores.length] as Store).claimSettlement({ handleHash, nonce: charge.nonce, outcome: 'settled', credits: 10, receivedAmount: charge.amount })),
+      );
+      t.equal(results.filter((result) => result.claimed).length, 1, 'one claim');
+      t.equal(await f.balance(handleHash), 10, 'granted once');
+    });
+
+    behaviour('concurrent commits and releases of one reservation over the instances move its credits once', async (stores, clock, t) => {
+      const f = new StoreFixture(stores[0] as Store, clock, true);
+      const handleHash = await f.handle({ credits: 5 });
+      await f.spend(handleHash, { reservationId: 'r-race', cost: 2 });
+      const results = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => {
+          const store = stores[i % stores.length] as Store;
+          return i % 4 < 2 ? store.commit(handleHash, 'r-race', 'fetch_readable') : store.release(handleHash, 'r-race');
+        }),
+      );
+      t.equal(results.filter((result) => result !== null).length, 1, 'one conclusion moved the credits');
+      const balance = await f.balance(handleHash);
+      t.ok(balance === 3 || balance === 5, `committed (3) or released (5), never both: ${balance}`);
+    });
+
+    behaviour('concurrent bindings of one session over the instances: one principal wins everywhere', async (stores, _clock, t) => {
+      const session = randomId('s_');
+      const owners = await Promise.all(Array.from({ length: 50 }, (_, i) => (stores[i % stores.length] as Store).bindSession(session, `sub:user-${i}`, HOUR)));
+      t.equal(new Set(owners).size, 1, 'one owner');
+      for (const store of stores) t.equal(await store.sessionPrincipal(session, HOUR), owners[0]);
+    });
+
+    behaviour('concurrent lease requests over the instances grant one', async (stores, _clock, t) => {
+      const results = await Promise.all(Array.from({ length: 20 }, (_, i) => (stores[i % stores.length] as Store).acquireLease('reconciler', `gw-${i}`, 10_000)));
+      t.equal(results.filter(Boolean).length, 1);
+    });
+
+    behaviour('concurrent claims of one x402 nonce over the instances: one wins', async (stores, clock, t) => {
+      t.equal(await concurrentNonceClaims(stores, nonceClaim(clock)), 1);
+    });
+  });
+}
+
 export function storeConformance(t: Test, name: string, makeStore: MakeStore, options: ConformanceOptions = {}): void {
   const controllable = options.controllableClock ?? false;
   t.test(`${name} store conformance`, async (suite) => declareBehaviours(suite, makeStore, controllable));
 }
 
+/**
+ * Real time in the timed behaviours (TTLs, leases, buckets on a Redis server's clock): every interval
+ * that must NOT have run out leaves at least this much slack, so one stall on a loaded 2-core runner
+ * (a GC pause, a descheduled process) cannot flip an "still there" assertion (issue 33). An interval
+ * that MUST have run out only needs to be longer: a stall makes it longer still.
+ */
+const TIMED_SLACK_MS = 800;
+const TIMED_TTL_MS = 2_000;
+/** Past a TIMED_TTL_MS interval, for "gone by now" (Redis expires to the millisecond). */
+const PAST_TTL_MS = TIMED_TTL_MS + 100;
+
 function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: boolean): void {
+  const run = (body: (f: StoreFixture, t: Test) => Promise<void>) => async (t: Test) => {
+    const clock = new ManualClock();
+    const store = await makeStore({ now: clock.now });
+    t.teardown(() => store.close());
+    await body(new StoreFixture(store, clock, controllable), t);
+  };
   /** Declares one behaviour: a fresh store and manual clock per test, closed afterwards. */
   const behaviour = (title: string, body: (f: StoreFixture, t: Test) => Promise<void>): void => {
-    suite.test(title, async (t) => {
-      const clock = new ManualClock();
-      const store = await makeStore({ now: clock.now });
-      t.teardown(() => store.close());
-      await body(new StoreFixture(store, clock, controllable), t);
-    });
+    suite.test(title, run(body));
   };
+  /**
+   * A behaviour that waits on real time against a store without a controllable clock. They run side by
+   * side (each in its own store, so nothing is shared), declared after the others: the seconds of
+   * slack they need are paid once, not once each.
+   */
+  const timed: [string, (f: StoreFixture, t: Test) => Promise<void>][] = [];
+  const timedBehaviour = (title: string, body: (f: StoreFixture, t: Test) => Promise<void>): void => void timed.push([title, body]);
 
   // ── handles ────────────────────────────────────────────────────────────────────────────────────
 
@@ -286,21 +375,21 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.balance(handleHash), 1);
   });
 
-  behaviour('retryAfterMs is the time until the next whole token', async (f, t) => {
+  timedBehaviour('retryAfterMs is the time until the next whole token', async (f, t) => {
     const handleHash = await f.handle({ credits: 5 });
-    const bucket = { ratePerSecond: 1, burst: 1 };
+    const bucket = { ratePerSecond: 1_000 / TIMED_TTL_MS, burst: 1 };
     t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved' });
     const limited = await f.spend(handleHash, { bucket });
     t.equal(limited.kind, 'rate_limited');
-    if (limited.kind === 'rate_limited') t.ok(limited.retryAfterMs > 500 && limited.retryAfterMs <= 1000, `retryAfterMs ${limited.retryAfterMs}`);
+    if (limited.kind === 'rate_limited') t.ok(limited.retryAfterMs > TIMED_TTL_MS - TIMED_SLACK_MS && limited.retryAfterMs <= TIMED_TTL_MS, `retryAfterMs ${limited.retryAfterMs}`);
   });
 
-  behaviour('the handle bucket refills over time', async (f, t) => {
+  timedBehaviour('the handle bucket refills over time', async (f, t) => {
     const handleHash = await f.handle({ credits: 5 });
-    const bucket = { ratePerSecond: 10, burst: 1 };
+    const bucket = { ratePerSecond: 1_000 / TIMED_TTL_MS, burst: 1 }; // one token per TIMED_TTL_MS
     t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved' });
     t.match(await f.spend(handleHash, { bucket }), { kind: 'rate_limited' });
-    await f.passTime(150);
+    await f.passTime(PAST_TTL_MS);
     t.match(await f.spend(handleHash, { bucket }), { kind: 'reserved', remaining: 3 });
   });
 
@@ -852,20 +941,20 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal((await f.store.takeChallengeToken('client-b', bucket)).allowed, true, 'another client has its own bucket');
   });
 
-  behaviour('challenge tokens refill over time', async (f, t) => {
-    const bucket = { ratePerSecond: 10, burst: 1 };
+  timedBehaviour('challenge tokens refill over time', async (f, t) => {
+    const bucket = { ratePerSecond: 1_000 / TIMED_TTL_MS, burst: 1 };
     t.equal((await f.store.takeChallengeToken('client-a', bucket)).allowed, true);
     t.equal((await f.store.takeChallengeToken('client-a', bucket)).allowed, false);
-    await f.passTime(150);
+    await f.passTime(PAST_TTL_MS);
     t.equal((await f.store.takeChallengeToken('client-a', bucket)).allowed, true);
   });
 
-  behaviour('a lease is exclusive until it expires and renewable by its holder', async (f, t) => {
-    t.equal(await f.store.acquireLease('reconciler', 'gw-1', 250), true);
-    t.equal(await f.store.acquireLease('reconciler', 'gw-2', 250), false);
-    t.equal(await f.store.acquireLease('other-lease', 'gw-2', 250), true, 'leases are independent');
-    t.equal(await f.store.acquireLease('reconciler', 'gw-1', 250), true, 'the holder renews');
-    await f.passTime(300);
+  timedBehaviour('a lease is exclusive until it expires and renewable by its holder', async (f, t) => {
+    t.equal(await f.store.acquireLease('reconciler', 'gw-1', TIMED_TTL_MS), true);
+    t.equal(await f.store.acquireLease('reconciler', 'gw-2', TIMED_TTL_MS), false);
+    t.equal(await f.store.acquireLease('other-lease', 'gw-2', TIMED_TTL_MS), true, 'leases are independent');
+    t.equal(await f.store.acquireLease('reconciler', 'gw-1', TIMED_TTL_MS), true, 'the holder renews');
+    await f.passTime(PAST_TTL_MS);
     t.equal(await f.store.acquireLease('reconciler', 'gw-2', 10_000), true, 'an expired lease is free');
     t.equal(await f.store.acquireLease('reconciler', 'gw-1', 10_000), false);
   });
@@ -877,15 +966,15 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
 
   // ── provider events (webhook replay, §20) ─────────────────────────────────────────────────────
 
-  behaviour('claimEvent is true once per source and id while remembered, then free again', async (f, t) => {
-    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), true, 'first delivery');
-    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), false, 'a replay');
-    t.equal(await f.store.claimEvent('moove', 'evt_2', 300), true, 'another event');
-    t.equal(await f.store.claimEvent('other', 'evt_1', 300), true, 'another source');
-    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', 300), true, 'any printable id');
-    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', 300), false);
-    await f.passTime(400);
-    t.equal(await f.store.claimEvent('moove', 'evt_1', 300), true, 'forgotten after its time');
+  timedBehaviour('claimEvent is true once per source and id while remembered, then free again', async (f, t) => {
+    t.equal(await f.store.claimEvent('moove', 'evt_1', TIMED_TTL_MS), true, 'first delivery');
+    t.equal(await f.store.claimEvent('moove', 'evt_1', TIMED_TTL_MS), false, 'a replay');
+    t.equal(await f.store.claimEvent('moove', 'evt_2', TIMED_TTL_MS), true, 'another event');
+    t.equal(await f.store.claimEvent('other', 'evt_1', TIMED_TTL_MS), true, 'another source');
+    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', TIMED_TTL_MS), true, 'any printable id');
+    t.equal(await f.store.claimEvent('moove', 'evt_{1}:x', TIMED_TTL_MS), false);
+    await f.passTime(PAST_TTL_MS);
+    t.equal(await f.store.claimEvent('moove', 'evt_1', TIMED_TTL_MS), true, 'forgotten after its time');
   });
 
   behaviour('concurrent claims of one event grant one', async (f, t) => {
@@ -995,13 +1084,14 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal((await f.store.getPricedRequest({ session, requestId: '9' }))?.state, [...states][0]);
   });
 
-  behaviour('a priced request is forgotten once its session lifetime passed; registering again extends it', async (f, t) => {
+  timedBehaviour('a priced request is forgotten once its session lifetime passed; registering again extends it', async (f, t) => {
     const session = randomId('s_');
-    await f.store.registerPricedRequest({ session, requestId: '1' }, pricedRecord(f), 400);
-    await f.store.registerPricedRequest({ session, requestId: '2' }, pricedRecord(f), 100);
-    await f.passTime(250);
+    const short = TIMED_TTL_MS / 10;
+    await f.store.registerPricedRequest({ session, requestId: '1' }, pricedRecord(f), TIMED_TTL_MS);
+    await f.store.registerPricedRequest({ session, requestId: '2' }, pricedRecord(f), short);
+    await f.passTime(TIMED_TTL_MS - TIMED_SLACK_MS); // well past `short`, TIMED_SLACK_MS short of the session's life
     t.ok(await f.store.getPricedRequest({ session, requestId: '2' }), 'a shorter ttl never shortens the session');
-    await f.passTime(300);
+    await f.passTime(TIMED_SLACK_MS + 100);
     t.equal(await f.store.getPricedRequest({ session, requestId: '1' }), null);
     t.equal(await f.store.concludePricedRequest({ session, requestId: '1' }, 'committed', 1), null);
   });
@@ -1179,16 +1269,20 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.store.sessionPrincipal(randomId('s_'), HOUR), null, 'another session is unbound');
   });
 
-  behaviour('a session binding lives ttlMs from its last look-up, then the session is nobody\'s', async (f, t) => {
+  timedBehaviour('a session binding lives ttlMs from its last look-up, then the session is nobody\'s', async (f, t) => {
     const session = randomId('s_');
-    await f.store.bindSession(session, 'sub:alice', 300);
-    await f.passTime(200);
-    t.equal(await f.store.sessionPrincipal(session, 300), 'sub:alice');
-    await f.passTime(200);
-    t.equal(await f.store.sessionPrincipal(session, 300), 'sub:alice', 'the look-up slid it');
-    await f.passTime(450);
-    t.equal(await f.store.sessionPrincipal(session, 300), null, 'gone after ttlMs without a look-up');
-    t.equal(await f.store.bindSession(session, 'sub:bob', 300), 'sub:bob', 'an expired binding can be taken again');
+    const ttl = TIMED_TTL_MS;
+    // Each look-up comes TIMED_SLACK_MS before the binding would end; the two waits add up past one ttl,
+    // so the second look-up finds the binding only because the first one slid it.
+    const step = ttl - TIMED_SLACK_MS;
+    await f.store.bindSession(session, 'sub:alice', ttl);
+    await f.passTime(step);
+    t.equal(await f.store.sessionPrincipal(session, ttl), 'sub:alice');
+    await f.passTime(step);
+    t.equal(await f.store.sessionPrincipal(session, ttl), 'sub:alice', 'the look-up slid it');
+    await f.passTime(ttl + 100);
+    t.equal(await f.store.sessionPrincipal(session, ttl), null, 'gone after ttlMs without a look-up');
+    t.equal(await f.store.bindSession(session, 'sub:bob', ttl), 'sub:bob', 'an expired binding can be taken again');
   });
 
   behaviour('concurrent bindings of one session by different principals: exactly one wins and all see it', async (f, t) => {
@@ -1198,4 +1292,8 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.store.sessionPrincipal(session, HOUR), owners[0]);
   });
   // ── end of sessions bound to principals ────────────────────────────────────────────────────────
+
+  suite.test('timed behaviours (real time, side by side)', { jobs: timed.length }, async (group) => {
+    for (const [title, body] of timed) group.test(title, { buffered: true }, run(body));
+  });
 }

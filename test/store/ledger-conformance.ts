@@ -66,7 +66,7 @@ export function ledgerBehaviours(behaviour: Behaviour): void {
     t.match(await f.store.ledgerTail(handleHash, 10), [{ seq: 1, kind: 'adjust', sku: SKU, credits: 4, balanceAfter: 4, ref: null, reason: 'refund for ticket 1234' }]);
   });
 
-  behaviour('ledger: a reservation and a release write nothing; a commit writes a spend entry with the tool', async (f, t) => {
+  behaviour('ledger: a reservation and a release write nothing; a commit writes a spend entry with the tool and the reservation id as ref', async (f, t) => {
     const handleHash = await f.handle({ credits: 5 });
     await f.spend(handleHash, { reservationId: 'r-released', cost: 2 });
     await f.store.release(handleHash, 'r-released');
@@ -76,7 +76,7 @@ export function ledgerBehaviours(behaviour: Behaviour): void {
     t.equal(await f.store.commit(handleHash, 'r-committed', 'extract_tables'), 2, 'the available balance, as before');
     const [, spend] = await f.store.ledgerTail(handleHash, 10);
     // balanceAfter counts what the handle owns: 2 available + 1 still reserved by r-held.
-    t.match(spend, { seq: 2, kind: 'spend', sku: SKU, credits: -2, balanceAfter: 3, ref: null, tool: 'extract_tables' });
+    t.match(spend, { seq: 2, kind: 'spend', sku: SKU, credits: -2, balanceAfter: 3, ref: 'r-committed', tool: 'extract_tables' });
     t.equal(await f.store.commit(handleHash, 'r-committed', 'extract_tables'), null);
     t.equal((await f.store.ledgerTail(handleHash, 10)).length, 2, 'a second commit of the same reservation writes nothing');
     t.same((await verified(f.store)).mismatches, [], 'the ledger agrees with balance + reservations');

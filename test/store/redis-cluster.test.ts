@@ -5,7 +5,7 @@ import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { startRedisCluster } from '../helpers/redis-server.js';
-import { storeConformance } from './conformance.js';
+import { crossInstanceConformance, storeConformance } from './conformance.js';
 
 const cluster = await startRedisCluster();
 t.teardown(() => cluster.stop());
@@ -14,3 +14,9 @@ const logger = createLogger('silent');
 storeConformance(t, 'RedisStore (cluster)', ({ now }) =>
   RedisStore.connect({ type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix: `tbtest:${randomBytes(6).toString('hex')}:` } }, { logger, now }),
 );
+
+// Two gateways on one Cluster: two RedisStore instances (two cluster clients) on one prefix.
+crossInstanceConformance(t, 'RedisStore (cluster, two instances)', async ({ now }) => {
+  const keyPrefix = `tbtest:${randomBytes(6).toString('hex')}:`;
+  return Promise.all([0, 1].map(() => RedisStore.connect({ type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix } }, { logger, now })));
+});

@@ -7,7 +7,7 @@ import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { RedisStore } from '../../src/store/redis.js';
 import { startRedis, startRedisSentinel } from '../helpers/redis-server.js';
-import { storeConformance } from './conformance.js';
+import { crossInstanceConformance, storeConformance } from './conformance.js';
 
 const server = await startRedis();
 t.teardown(() => server.stop());
@@ -16,6 +16,12 @@ const logger = createLogger('silent');
 storeConformance(t, 'RedisStore (standalone)', ({ now }) =>
   RedisStore.connect({ type: 'redis', redis: { url: server.url, keyPrefix: `tbtest:${randomBytes(6).toString('hex')}:` } }, { logger, now }),
 );
+
+// Two gateways on one Redis: two RedisStore instances (two connections, two script caches) on one prefix.
+crossInstanceConformance(t, 'RedisStore (standalone, two instances)', async ({ now }) => {
+  const keyPrefix = `tbtest:${randomBytes(6).toString('hex')}:`;
+  return Promise.all([0, 1].map(() => RedisStore.connect({ type: 'redis', redis: { url: server.url, keyPrefix } }, { logger, now })));
+});
 
 t.test('a Sentinel URL finds the master and the store works through it', async (t) => {
   const sentinel = await startRedisSentinel(server.port);

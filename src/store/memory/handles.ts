@@ -100,7 +100,7 @@ export class MemoryHandles {
       sku: reservation.sku,
       credits: -reservation.cost,
       balanceAfter: ownedOf(handle, reservation.sku),
-      ref: null,
+      ref: reservationId, // matches the spend to its call's log lines (docs/decisions.md, "`ref` per kind")
       ...(tool ? { tool } : {}),
     });
     return handle.balances.get(reservation.sku) ?? 0;

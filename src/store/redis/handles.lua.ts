@@ -74,7 +74,7 @@ return {'reserved', remaining, fresh}
 `;
 
 /**
- * Makes a reservation final and writes its spend entry. A handle past its life keeps its
+ * Makes a reservation final and writes its spend entry (ref: the reservation id). A handle past its life keeps its
  * reservations for the expiry step, which writes them off in its expire entry.
  * KEYS handle, reservations, reservation index, ledger. ARGV reservationId, indexMember, now, tool, ledgerRetentionMs.
  * Returns the balance or nil.
@@ -90,8 +90,9 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
 local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
 local balance = tonumber(redis.call('HGET', KEYS[1], 'b:' .. sku) or '0')
-local extra = {}
-if ARGV[4] ~= '' then extra = {'t', ARGV[4]} end
+-- ref: the reservation id, so each spend can be matched to the call that made it (logs carry it too).
+local extra = {'r', ARGV[1]}
+if ARGV[4] ~= '' then extra = {'r', ARGV[1], 't', ARGV[4]} end
 ledger_append(KEYS[4], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'spend', sku, -tonumber(cost), balance + reserved_of(KEYS[2], sku), extra)
 return balance
 `;
