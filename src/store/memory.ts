@@ -28,8 +28,9 @@ import {
   type TokenBucket,
 } from './policy.js';
 import { entryHash, GENESIS_HASH } from './ledger-chain.js';
+import { MemoryIdempotency } from './memory/idempotency.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
-  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
+  IdempotentBegin, IdempotentClaim, NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
 const SWEEP_INTERVAL_MS = 60_000;
@@ -736,6 +737,13 @@ export class MemoryStore implements Store {
 
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
 
+  // ── idempotent results (SPEC §24): memory/idempotency.ts ─────────────────────────────────────────
+  private readonly idempotency = new MemoryIdempotency(() => this.now());
+  async beginIdempotent(slot: string, claim: IdempotentClaim): Promise<IdempotentBegin> { return this.idempotency.begin(slot, claim); }
+  async finishIdempotent(slot: string, owner: string, result: string, ttlMs: number): Promise<boolean> { return this.idempotency.finish(slot, owner, result, ttlMs); }
+  async abandonIdempotent(slot: string, owner: string): Promise<void> { this.idempotency.abandon(slot, owner); }
+  // ── end of idempotent results ────────────────────────────────────────────────────────────────────
+
   /** Sizes of every map, for tests and debugging (not part of Store). */
   stats(): { handles: number; reservations: number; charges: number; challengeBuckets: number; leases: number; devLinks: number; ledgers: number } {
     return {
@@ -767,6 +775,7 @@ export class MemoryStore implements Store {
     for (const [key, forgetAt] of this.events) if (forgetAt <= now) this.events.delete(key);
     for (const [hash, bound] of this.sessionOwners) if (bound.expiresAt <= now) this.sessionOwners.delete(hash);
     for (const [operation, recorded] of this.operations) if (recorded.until <= now) this.operations.delete(operation);
+    this.idempotency.sweep(now);
   }
 
   /**

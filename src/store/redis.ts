@@ -13,6 +13,7 @@ import { withBudget } from '../io/budget.js';
 import type { Logger } from '../observability/logger.js';
 import { indexMember, KeySpace, parseIndexMember, tagValue } from './keys.js';
 import { SCRIPTS, type ScriptName } from './lua/index.js';
+import { RedisIdempotency } from './redis/idempotency.js';
 import { TASK_RECORD_GRACE_MS, taskHash } from './task-keys.js';
 import { keySlot, SLOT_COUNT, slotTags } from './slots.js';
 import { parseStreamEntry, parseStreamId, streamBounds, type StreamItem } from './ledger-stream.js';
@@ -30,7 +31,7 @@ import {
   newPaymentNonceRecord,
 } from './policy.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
-  NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
+  IdempotentBegin, IdempotentClaim, NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
 
 /** Upper bound on one store call, whatever ioredis does underneath (Cluster redirections, retries). */
@@ -752,6 +753,13 @@ export class RedisStore implements Store {
   }
 
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
+
+  // ── idempotent results (SPEC §24): redis/idempotency.ts ──────────────────────────────────────────
+  private readonly idempotency = new RedisIdempotency({ key: (slot) => this.keys.idempotentResult(slot), run: (script, keys, args) => this.run(script, keys, args), call: (op, work) => this.call(op, work) });
+  async beginIdempotent(slot: string, claim: IdempotentClaim): Promise<IdempotentBegin> { return this.idempotency.begin(slot, claim); }
+  async finishIdempotent(slot: string, owner: string, result: string, ttlMs: number): Promise<boolean> { return this.idempotency.finish(slot, owner, result, ttlMs); }
+  async abandonIdempotent(slot: string, owner: string): Promise<void> { return this.idempotency.abandon(slot, owner); }
+  // ── end of idempotent results ────────────────────────────────────────────────────────────────────
 
   // ── internals ────────────────────────────────────────────────────────────────────────────────────
 

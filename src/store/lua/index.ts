@@ -13,6 +13,7 @@ import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
 import { once } from './operations.js';
 import { CLAIM_PAYMENT_NONCE, FINISH_PAYMENT_NONCE } from './x402.js';
 import { HOLD_TASK_RESERVATION } from './tasks.js';
+import { ABANDON_IDEMPOTENT, BEGIN_IDEMPOTENT, FINISH_IDEMPOTENT } from '../redis/idempotency.lua.js';
 
 const BODIES = {
   tbCreateHandle: CREATE_HANDLE,
@@ -49,6 +50,8 @@ const BODIES = {
   tbSessionPrincipal: SESSION_PRINCIPAL,
   // tasks holding a reservation (SPEC §24)
   tbHoldTaskReservation: HOLD_TASK_RESERVATION,
+  // idempotent results (SPEC §24)
+  tbBeginIdempotent: BEGIN_IDEMPOTENT, tbFinishIdempotent: FINISH_IDEMPOTENT, tbAbandonIdempotent: ABANDON_IDEMPOTENT,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;
