@@ -20,6 +20,7 @@ import type { Logger } from '../observability/logger.js';
 import { withoutPayments } from '../payments/x402/payload.js';
 import type { Paywall } from '../paywall/decide.js';
 import type { HeldCall, PricedCall } from '../paywall/outcome.js';
+import { IDEMPOTENCY_HEADER, idempotencyKeyOf } from '../paywall/idempotency-key.js';
 import type { ResultShape } from '../mcp/challenge.js';
 import { BatchExchange, type HeldEntry } from '../proxy/batch-call.js';
 import type { McpCall } from '../proxy/call-state.js';
@@ -274,7 +275,9 @@ function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, tool
     return { era, structuredContentAllowed: declares === false };
   };
   const taskOwnerOf = taskOwner(principal, era === 'legacy' ? sessionOf(request) : undefined);
-  return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id, taskOwner: taskOwnerOf };
+  // §24: one Idempotency-Key header cannot key several calls, so a batch's entries take only their own _meta key.
+  const idempotencyKey = idempotencyKeyOf(Array.isArray(request.body) ? undefined : request.headers[IDEMPOTENCY_HEADER], toolCall.request.params);
+  return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id, taskOwner: taskOwnerOf, idempotencyKey };
 }
 
 /** Resolves with the principal (null when auth is off) and sets what the caller may see in tools/list; throws TB_ERR_UNAUTHENTICATED (401) / TB_ERR_INSUFFICIENT_SCOPE (403) with its WWW-Authenticate. */
