@@ -1262,10 +1262,18 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
   });
 
   behaviour('concurrent beginIdempotent on one slot: exactly one is first, every other waits', async (f, t) => {
-    const slot = randomId('slot_');
-    const answers = await Promise.all(Array.from({ length: 50 }, () => f.store.beginIdempotent(slot, claim('scope-a'))));
-    t.equal(answers.filter((a) => a.kind === 'first').length, 1, 'one first');
-    t.equal(answers.filter((a) => a.kind === 'running').length, 49, 'the others see it running');
+    t.same(await concurrentIdempotentBegins(f.store, 50), { first: 1, running: 49, other: 0 });
   });
   // ── end of idempotent results ──────────────────────────────────────────────────────────────────
+}
+
+// ── idempotent results (SPEC §24): the concurrency check, shared with negative-control.test.ts ──────
+
+/** `calls` concurrent first looks at one fresh slot, all with the same scope, tallied by answer. */
+export async function concurrentIdempotentBegins(store: Store, calls: number): Promise<{ first: number; running: number; other: number }> {
+  const slot = randomId('slot_');
+  const answers = await Promise.all(Array.from({ length: calls }, () => store.beginIdempotent(slot, { scope: 'scope-a', owner: randomId('o_'), runningTtlMs: HOUR })));
+  const first = answers.filter((a) => a.kind === 'first').length;
+  const running = answers.filter((a) => a.kind === 'running').length;
+  return { first, running, other: calls - first - running };
 }

@@ -3,7 +3,7 @@
 // test ever fails, the suite's concurrency test has become vacuous.
 import t from 'tap';
 import { MemoryStore } from '../../src/store/memory.js';
-import { ManualClock, concurrentReserveOutcome } from './conformance.js';
+import { ManualClock, concurrentIdempotentBegins, concurrentReserveOutcome } from './conformance.js';
 import { NaiveStore } from './naive-store.js';
 
 t.test('the concurrency check catches a read-then-write store over-granting', async (t) => {
@@ -22,4 +22,11 @@ t.test('the naive store is correct without concurrency, so only the race makes i
   const clock = new ManualClock();
   const outcome = await concurrentReserveOutcome(new NaiveStore({ now: clock.now }), clock, 1, 50);
   t.same(outcome, { reserved: 1, insufficient: 0, other: 0, finalBalance: 49 });
+});
+
+t.test('the idempotency check catches a look-then-write slot letting several duplicates run', async (t) => {
+  const clock = new ManualClock();
+  const naive = await concurrentIdempotentBegins(new NaiveStore({ now: clock.now }), 50);
+  t.ok(naive.first > 1, `the naive store let ${naive.first} of 50 duplicates run`);
+  t.same(await concurrentIdempotentBegins(new MemoryStore({ now: clock.now }), 50), { first: 1, running: 49, other: 0 }, 'MemoryStore lets one run');
 });
