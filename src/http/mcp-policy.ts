@@ -217,7 +217,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
       forwarded.push(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message) as JsonRpcMessage);
       continue;
     }
-    const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt);
+    const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt, true);
     const authorisation = await deps.paywall.authorise(priced);
     if (authorisation.kind === 'answer') {
       deps.paywall.recordAnswer(priced, authorisation);
@@ -267,7 +267,7 @@ function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: strin
   return { sessionId, protocolVersion: typeof version === 'string' ? version : undefined, key: deps.registry.key(sessionId, id), written };
 }
 
-function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, toolCall: ToolCall, principal: string | null, startedAt: number): PricedCall {
+function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, toolCall: ToolCall, principal: string | null, startedAt: number, inBatch = false): PricedCall {
   const price = deps.pricing.priceOf(toolCall.name) as PriceTag;
   // structuredContent only for a tool known to declare no outputSchema (unknown → omitted).
   const resultShape = async (): Promise<ResultShape> => {
@@ -276,7 +276,7 @@ function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, tool
   };
   const taskOwnerOf = taskOwner(principal, era === 'legacy' ? sessionOf(request) : undefined);
   // §24: one Idempotency-Key header cannot key several calls, so a batch's entries take only their own _meta key.
-  const idempotencyKey = idempotencyKeyOf(Array.isArray(request.body) ? undefined : request.headers[IDEMPOTENCY_HEADER], toolCall.request.params);
+  const idempotencyKey = idempotencyKeyOf(inBatch ? undefined : request.headers[IDEMPOTENCY_HEADER], toolCall.request.params);
   return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id, taskOwner: taskOwnerOf, idempotencyKey };
 }
 
