@@ -57,6 +57,8 @@ interface Running {
 const MARKER_MARGIN_MS = 5_000;
 const FIRST_POLL_MS = 25;
 const MAX_POLL_MS = 200;
+/** Consecutive failed looks at a slot before the call is refused payments_unavailable (a store that is down, not slow). */
+const MAX_LOOK_FAILURES = 3;
 const STILL_RUNNING = 'An earlier call with this idempotency key is still running, so this one did not run and nothing was charged. Retry the same call later to get its result.';
 
 export class IdempotentCalls {
@@ -132,29 +134,50 @@ export class IdempotentCalls {
     return waited;
   }
 
-  /** Null: this call is the slot's first (its marker is written). Otherwise the answer to give. */
+  /**
+   * Null: this call is the slot's first (its marker is written). Otherwise the answer to give. A look
+   * that fails is asked again (a few times, within the wait): it moves no money, and a look whose reply
+   * was lost after it wrote this attempt's marker answers 'first' again (the same owner).
+   */
   async #await(priced: PricedCall, running: Running, scope: string, facts: CallFacts): Promise<Authorisation | null> {
     const { store, now, callDeadlineMs } = this.#deps;
     const giveUpAt = now() + callDeadlineMs;
     let pause = FIRST_POLL_MS;
-    try {
-      for (;;) {
-        const begun: IdempotentBegin = await store.beginIdempotent(running.slot, { scope, owner: running.owner, runningTtlMs: callDeadlineMs + MARKER_MARGIN_MS });
-        if (begun.kind === 'first') return null;
-        if (begun.kind === 'done') {
-          this.#deps.metrics.idempotentReplays.inc({ server: this.#deps.server });
-          return { kind: 'answer', result: JSON.parse(begun.result) as JsonObject, outcome: 'replayed', facts };
-        }
-        if (begun.kind === 'conflict') return { kind: 'answer', result: refusalResult('idempotency_conflict', await priced.resultShape()), outcome: 'refused_conflict', facts };
-        if (now() + pause > giveUpAt) return { kind: 'answer', result: refusalResult('deadline_exceeded', await priced.resultShape(), { text: STILL_RUNNING }), outcome: 'deadline_exceeded', facts };
+    let failures = 0;
+    for (;;) {
+      let begun: IdempotentBegin;
+      try {
+        begun = await store.beginIdempotent(running.slot, { scope, owner: running.owner, runningTtlMs: callDeadlineMs + MARKER_MARGIN_MS });
+        failures = 0;
+      } catch (error) {
+        this.#deps.metrics.storeErrors.inc({ op: 'beginIdempotent' });
+        if (++failures >= MAX_LOOK_FAILURES || now() + pause > giveUpAt) return this.#unavailable(priced, facts, error);
         await sleep(pause);
-        pause = Math.min(MAX_POLL_MS, pause * 2);
+        continue;
       }
-    } catch (error) {
-      this.#deps.metrics.storeErrors.inc({ op: 'beginIdempotent' });
-      this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId: priced.reqId, op: 'beginIdempotent', code: (error as { code?: string }).code ?? 'unknown' }, 'a priced call was refused or withheld because the store or the payment provider failed');
-      return { kind: 'answer', result: refusalResult('payments_unavailable', await priced.resultShape()), outcome: 'refused_unavailable', facts };
+      if (begun.kind === 'first') return null;
+      if (begun.kind === 'done') return this.#replay(begun.result, priced, facts);
+      if (begun.kind === 'conflict') return { kind: 'answer', result: refusalResult('idempotency_conflict', await priced.resultShape()), outcome: 'refused_conflict', facts };
+      if (now() + pause > giveUpAt) return { kind: 'answer', result: refusalResult('deadline_exceeded', await priced.resultShape(), { text: STILL_RUNNING }), outcome: 'deadline_exceeded', facts };
+      await sleep(pause);
+      pause = Math.min(MAX_POLL_MS, pause * 2);
     }
+  }
+
+  async #replay(kept: string, priced: PricedCall, facts: CallFacts): Promise<Authorisation> {
+    let result: JsonObject;
+    try {
+      result = JSON.parse(kept) as JsonObject;
+    } catch (error) {
+      return this.#unavailable(priced, facts, error); // never written by us: fail closed rather than run the call twice
+    }
+    this.#deps.metrics.idempotentReplays.inc({ server: this.#deps.server });
+    return { kind: 'answer', result, outcome: 'replayed', facts };
+  }
+
+  async #unavailable(priced: PricedCall, facts: CallFacts, error: unknown): Promise<Authorisation> {
+    this.#deps.logger.warn({ evt: 'paywall_unavailable', reqId: priced.reqId, op: 'beginIdempotent', code: (error as { code?: string } | null)?.code ?? 'unknown' }, 'a priced call was refused or withheld because the store or the payment provider failed');
+    return { kind: 'answer', result: refusalResult('payments_unavailable', await priced.resultShape()), outcome: 'refused_unavailable', facts };
   }
 
   /** Principal, else the handle's keyed hash; null when neither (an x402 payer, or nobody yet: a challenge). */

@@ -251,3 +251,26 @@ t.test('a call without a key is not looked up', async (t) => {
   const again = await r.call({ tollboothToken: handle }, { key: null });
   t.equal(again.authorisation.kind, 'reserved');
 });
+
+t.test('one failed look at the slot is asked again: a store blip does not refuse the call', async (t) => {
+  let failures = 1;
+  const r = rig({
+    wrapStore: (store) =>
+      new Proxy(store, {
+        get(target, property, receiver) {
+          const value = Reflect.get(target, property, receiver) as unknown;
+          if (property === 'beginIdempotent' && failures > 0) {
+            return async () => {
+              failures -= 1;
+              throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'a blip (test)');
+            };
+          }
+          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        },
+      }),
+  });
+  const handle = await funded(r);
+  const call = await r.call({ tollboothToken: handle });
+  t.equal(call.authorisation.kind, 'reserved');
+  t.equal(failures, 0, 'the blip happened');
+});
