@@ -41,6 +41,8 @@ export const ERROR_TABLE = {
   /** -32602 goes with 200, an ordinary JSON-RPC error reply (docs/decisions.md). */
   TB_ERR_INVALID_PARAMS: { status: 200, rpc: RPC.INVALID_PARAMS },
   TB_ERR_HEADER_MISMATCH: { status: 400, rpc: RPC.HEADER_MISMATCH },
+  /** SPEC §24: an Idempotency-Key header, `_meta` key or x402 payment-identifier that is not 1–255 printable ASCII characters. */
+  TB_ERR_IDEMPOTENCY_KEY_INVALID: { status: 400, rpc: RPC.INVALID_PARAMS },
   /** The stdio bridge: a modern request for a protocol version it does not serve. */
   TB_ERR_UNSUPPORTED_PROTOCOL_VERSION: { status: 400, rpc: RPC.UNSUPPORTED_PROTOCOL_VERSION },
   TB_ERR_BODY_TOO_LARGE: { status: 413, rpc: RPC.INVALID_REQUEST },

@@ -124,6 +124,8 @@ t.test('the MCP endpoint: guards, parse, classify, limits, methods, upstream fai
   expectRpc(t, await send(gateway.url, { body: '{"jsonrpc":' }), 'TB_ERR_PARSE', null);
   expectRpc(t, await send(gateway.url, { body: '{}' }), 'TB_ERR_INVALID_REQUEST', null);
   expectRpc(t, await send(gateway.url, { body: JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: { name: 5 } }) }), 'TB_ERR_INVALID_PARAMS', 8);
+  const keyed = JSON.stringify({ jsonrpc: '2.0', id: 13, method: 'tools/call', params: { name: 'fetch_readable', arguments: {} } });
+  expectRpc(t, await send(gateway.url, { headers: { 'idempotency-key': 'k'.repeat(256) }, body: keyed }), 'TB_ERR_IDEMPOTENCY_KEY_INVALID', 13);
   const modern = { jsonrpc: '2.0', id: 9, method: 'tools/list', params: { _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28' } } };
   expectRpc(t, await send(gateway.url, { headers: { 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call' }, body: JSON.stringify(modern) }), 'TB_ERR_HEADER_MISMATCH', 9);
   expectRpc(t, await send(gateway.url, { body: JSON.stringify({ jsonrpc: '2.0', id: 10, method: 'ping', params: { pad: 'x'.repeat(4096) } }) }), 'TB_ERR_BODY_TOO_LARGE', null);

@@ -358,6 +358,14 @@ export const configSchema = z
     logging: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).prefault({}),
     // The admin channel of a memory-store gateway (src/admin-channel.ts): "" = admin-<port>.sock in the state dir.
     admin: z.strictObject({ socket: z.string('a Unix socket path, or "" for admin-<port>.sock in $XDG_STATE_HOME/tollbooth (else ~/.local/state/tollbooth)').default('') }).prefault({}),
+    // SPEC §24: results of priced calls with an idempotency key, kept for their retries.
+    idempotency: z
+      .strictObject({
+        ttl: duration.refine((ms) => ms >= 60_000 && ms <= 30 * 86_400_000, 'a duration from 1m to 30d').default(24 * 3_600_000),
+        // A larger result is not kept (counted, logged): its retry runs, and is charged, again.
+        maxResultBytes: byteSize.refine((bytes) => bytes <= 64 * 1024 ** 2, 'a size of at most 64mb (each kept result is one store value)').default(1024 ** 2),
+      })
+      .prefault({}),
     // SPEC §17: how long ledger entries outlive their handle.
     ledger: z
       .strictObject({

@@ -59,6 +59,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
       perHandle: config.limits.perHandle,
       challengesPerClient: config.limits.challengesPerClient,
       newChargesPerSecond: config.limits.newChargesPerSecond,
+      idempotency: { ttlMs: config.idempotency.ttl, maxResultBytes: config.idempotency.maxResultBytes },
     },
     store: deps.store,
     provider: deps.provider,

@@ -20,6 +20,7 @@ import type { Logger } from '../observability/logger.js';
 import { withoutPayments } from '../payments/x402/payload.js';
 import type { Paywall } from '../paywall/decide.js';
 import type { HeldCall, PricedCall } from '../paywall/outcome.js';
+import { IDEMPOTENCY_HEADER, idempotencyKeyOf } from '../paywall/idempotency-key.js';
 import type { ResultShape } from '../mcp/challenge.js';
 import { BatchExchange, type HeldEntry } from '../proxy/batch-call.js';
 import type { McpCall } from '../proxy/call-state.js';
@@ -216,7 +217,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
       forwarded.push(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message) as JsonRpcMessage);
       continue;
     }
-    const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt);
+    const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt, true);
     const authorisation = await deps.paywall.authorise(priced);
     if (authorisation.kind === 'answer') {
       deps.paywall.recordAnswer(priced, authorisation);
@@ -266,7 +267,7 @@ function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: strin
   return { sessionId, protocolVersion: typeof version === 'string' ? version : undefined, key: deps.registry.key(sessionId, id), written };
 }
 
-function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, toolCall: ToolCall, principal: string | null, startedAt: number): PricedCall {
+function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, toolCall: ToolCall, principal: string | null, startedAt: number, inBatch = false): PricedCall {
   const price = deps.pricing.priceOf(toolCall.name) as PriceTag;
   // structuredContent only for a tool known to declare no outputSchema (unknown → omitted).
   const resultShape = async (): Promise<ResultShape> => {
@@ -274,7 +275,9 @@ function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, tool
     return { era, structuredContentAllowed: declares === false };
   };
   const taskOwnerOf = taskOwner(principal, era === 'legacy' ? sessionOf(request) : undefined);
-  return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id, taskOwner: taskOwnerOf };
+  // §24: one Idempotency-Key header cannot key several calls, so a batch's entries take only their own _meta key.
+  const idempotencyKey = idempotencyKeyOf(inBatch ? undefined : request.headers[IDEMPOTENCY_HEADER], toolCall.request.params);
+  return { call: toolCall, price, principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, resultShape, startedAt, reqId: request.id, taskOwner: taskOwnerOf, idempotencyKey };
 }
 
 /** Resolves with the principal (null when auth is off) and sets what the caller may see in tools/list; throws TB_ERR_UNAUTHENTICATED (401) / TB_ERR_INSUFFICIENT_SCOPE (403) with its WWW-Authenticate. */

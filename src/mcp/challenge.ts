@@ -17,7 +17,9 @@ export type RefusalReason =
   | 'upstream_unavailable'
   // x402 (SPEC §19): the payment in _meta["x402/payment"] was not accepted / could not be settled.
   | 'payment_invalid'
-  | 'payment_failed';
+  | 'payment_failed'
+  // SPEC §24: the idempotency key was already used for another call (tool, arguments or payer).
+  | 'idempotency_conflict';
 
 export interface ChallengeInput {
   reason: ChallengeReason;
@@ -79,6 +81,7 @@ const REFUSAL_TEXT: Record<RefusalReason, (retryAfterSeconds?: number) => string
   upstream_unavailable: () => 'The tool server is unavailable or answered with an error; no credit was spent. Retry later.',
   payment_invalid: () => 'The x402 payment was not accepted, so the tool did not run and nothing was charged. Sign a new payment for the requirements in this result and retry.',
   payment_failed: () => 'The x402 payment could not be settled, so the result is withheld and the payment was not taken. Retry with a new payment.',
+  idempotency_conflict: () => 'This idempotency key was already used for a different call (another tool or other arguments), so this call did not run and nothing was charged. Use a new key for a new call.',
 };
 
 /** `details` adds fields after `reason` in the machine-readable data (e.g. x402's `invalidReason`). */

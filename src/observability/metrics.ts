@@ -6,7 +6,7 @@ import { withBudget } from '../io/budget.js';
 // 0.25 ms … 30 s
 const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
-export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error' | 'input_required';
+export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error' | 'input_required' | 'replayed' | 'refused_conflict';
 export type CreditKind = 'granted' | 'spent' | 'refunded';
 export type SettlementResult = 'granted' | 'partial' | 'underpaid' | 'expired';
 /** x402 (SPEC §19), one count per paid retry at each step it reached; docs/payments.md explains each. */
@@ -66,6 +66,10 @@ export interface Metrics {
   orphanPayments: client.Counter;
   /** SPEC §22: stdio children per endpoint by state (starting, active, idle, free), read at scrape time from `stdioChildrenSource`. */
   stdioChildren: client.Gauge<'server' | 'state'>;
+  /** SPEC §24: retries answered with a kept result (no upstream call, no charge), by endpoint. */
+  idempotentReplays: client.Counter<'server'>;
+  /** SPEC §24: committed results of keyed calls that were not kept (`too_large`, `store_failed`), by endpoint. */
+  idempotentNotKept: client.Counter<'server' | 'reason'>;
   /** What the scrape reads for tollbooth_stdio_children (start.ts points it at its running upstreams). */
   stdioChildrenSource: { read(): StdioChildrenReading[] };
 }
@@ -174,6 +178,8 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
         }
       },
     }),
+    idempotentReplays: new client.Counter({ name: 'tollbooth_idempotent_replays_total', help: 'Retries with an idempotency key answered with the kept result of their first call (no upstream call, no charge).', labelNames: ['server'], registers }),
+    idempotentNotKept: new client.Counter({ name: 'tollbooth_idempotent_results_not_kept_total', help: 'Committed results of calls with an idempotency key that were not kept for retries, by reason.', labelNames: ['server', 'reason'], registers }),
     stdioChildrenSource,
   };
 }

@@ -18,6 +18,7 @@ import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason,
 import { resultKind } from '../mcp/result-kind.js';
 import { challengeThrottleKey } from './client-key.js';
 import { createHandleHasher, isWellFormedHandle, mintHandle, mintNonce } from './handles.js';
+import { DEFAULT_IDEMPOTENCY, IdempotentCalls, type IdempotencySettings } from './idempotency.js';
 import type { Authorisation, CallFacts, CallOutcome, Conclusion, HeldCall, PricedCall } from './outcome.js';
 import { resumedX402Result, type X402Calls, type X402Held } from './x402-calls.js';
 
@@ -33,6 +34,8 @@ export interface PaywallSettings {
   challengesPerClient: { ratePerSecond: number; burst: number };
   /** §6.2 step 2: new checkout links per second over every replica (the provider's rate budget). */
   newChargesPerSecond: number;
+  /** SPEC §24 (idempotency.ttl, idempotency.maxResultBytes); default 24h, 1 MiB. */
+  idempotency?: IdempotencySettings;
 }
 
 export interface PaywallDeps {
@@ -76,6 +79,7 @@ export class Paywall {
   readonly #server: string;
   readonly #logCallLine: CallLogger;
   readonly #hashHandle: (handle: string) => string;
+  readonly #idempotency: IdempotentCalls;
   /** prom-client label children, bound once per (tool, sku, outcome) / (sku, kind): a label lookup hashes its labels on every call. */
   readonly #paidCallCounters = new Map<string, Map<string, Map<PaidOutcome, { inc(): void }>>>();
   readonly #creditCounters = new Map<string, { spent: { inc(n: number): void }; refunded: { inc(n: number): void } }>();
@@ -85,10 +89,16 @@ export class Paywall {
     this.#server = deps.server ?? 'default';
     this.#logCallLine = createCallLogger(deps.logger, this.#server);
     this.#hashHandle = createHandleHasher(deps.settings.hashSecret);
+    this.#idempotency = this.#idempotentCalls();
+  }
+
+  /** A call with an idempotency key may be answered from its slot instead (§24, idempotency.ts). */
+  async authorise(priced: PricedCall): Promise<Authorisation> {
+    return this.#idempotency.authorise(priced, () => this.#authoriseCall(priced));
   }
 
   /** §6.2 steps 2–6. Never throws: store and provider failures become `payments_unavailable` (fail closed). */
-  async authorise(priced: PricedCall): Promise<Authorisation> {
+  async #authoriseCall(priced: PricedCall): Promise<Authorisation> {
     const token = priced.call.args[this.#deps.settings.argumentName];
     const payment = paymentIn(priced.call.request.params);
     const facts: CallFacts = {
@@ -142,6 +152,10 @@ export class Paywall {
    * resumed elsewhere) may have been concluded by a resumed stream first: the registry says how.
    */
   async conclude(priced: PricedCall, held: HeldCall, outcome: CallOutcome, registration: PricedRequestKey | null): Promise<Conclusion> {
+    return this.#idempotency.concluded(priced, await this.#concludeCall(priced, held, outcome, registration));
+  }
+
+  async #concludeCall(priced: PricedCall, held: HeldCall, outcome: CallOutcome, registration: PricedRequestKey | null): Promise<Conclusion> {
     const { sku, cost, charge } = priced.price;
     // An input_required answer is not a finished result, whatever the charge policy: released, passed on
     // as it came (no receipt); the client's continuation is the call that pays (§24).
@@ -319,6 +333,23 @@ export class Paywall {
     const { payer, network, amount } = held.claim.logFields();
     this.#logLine({ reqId: priced.reqId, tool: priced.call.name, sku: priced.price.sku, facts: held.facts, outcome: concluded.logOutcome, cost: 0, startedAt: priced.startedAt, x402: { payer, network, amount, settled: concluded.settled } });
     return { state: concluded.state, message: concluded.message };
+  }
+
+  #idempotentCalls(): IdempotentCalls {
+    const { settings, store, metrics, logger, now } = this.#deps;
+    return new IdempotentCalls({
+      settings: settings.idempotency ?? DEFAULT_IDEMPOTENCY,
+      callDeadlineMs: settings.callDeadlineMs,
+      argumentName: settings.argumentName,
+      store,
+      metrics,
+      logger,
+      now,
+      server: this.#server,
+      hashHandle: this.#hashHandle,
+      // A verified payment that a kept result answers is concluded unsettled: the payer keeps it.
+      releaseX402: async (priced, held) => void (await (this.#deps.x402 as X402Calls).conclude(priced, held, { kind: 'failed', accepted: false }, false, null)),
+    });
   }
 
   /** Logs and counts an answer the gateway gave itself (challenge or refusal). */

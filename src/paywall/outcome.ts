@@ -26,6 +26,8 @@ export interface PricedCall {
   taskOwner?: string;
   /** The HTTP request's id, carried on this call's log lines. */
   reqId?: string;
+  /** SPEC §24: the call's idempotency key (paywall/idempotency-key.ts), if it carries one. */
+  idempotencyKey?: string | null;
 }
 
 /** The facts of the one log line every priced call gets (SPEC §10). */

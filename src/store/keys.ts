@@ -151,6 +151,11 @@ export class KeySpace {
     return `${this.prefix}{ev:${createHash('sha256').update(`${source}\n${eventId}`).digest('hex')}}`;
   }
 
+  /** Hash: an idempotency slot (sha256 hex of payer and key): scope, owner, kept result. SPEC §24. */
+  idempotentResult(slot: string): string {
+    return `${this.prefix}{idem:${slot}}`;
+  }
+
   /** String: the principal an upstream session (its hash) is bound to. SPEC §20. */
   sessionOwner(sessionHash: string): string {
     return `${this.prefix}{so:${sessionHash}}`;

@@ -13,6 +13,8 @@
 import type { BucketParams } from './policy.js';
 import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
 import { MemoryQuotas } from './memory/quotas.js';
+import { MemoryIdempotency } from './memory/idempotency.js';
+import type { IdempotentBegin, IdempotentClaim } from './store.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -36,6 +38,8 @@ export class MemoryStore implements Store {
   private readonly requests: MemoryRequests;
   /** Budget and allowance counters (SPEC §23). */
   private readonly quotas: MemoryQuotas;
+  /** Idempotent results (SPEC §24). */
+  private readonly idempotency: MemoryIdempotency;
 
   constructor(options: { now?: () => number; ledgerRetentionMs?: number } = {}) {
     this.core = new MemoryCore(options);
@@ -46,6 +50,8 @@ export class MemoryStore implements Store {
     this.x402 = new MemoryX402(this.core);
     this.requests = new MemoryRequests(this.core);
     this.quotas = new MemoryQuotas(this.core.clock);
+    this.idempotency = new MemoryIdempotency(() => this.core.now());
+    this.core.sweepers.push((now) => this.idempotency.sweep(now));
   }
 
   // ── handles, reservations, grants (memory/handles.ts) ──────────────────────────────────────────
@@ -254,6 +260,11 @@ export class MemoryStore implements Store {
   holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean> { return this.quotas.holdQuotas(holdId, counters, deadline); }
   releaseStaleQuotas(now: number, limit: number): Promise<number> { return this.quotas.releaseStaleQuotas(now, limit); }
   quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]> { return this.quotas.quotaUsage(counters); }
+
+  // Idempotent results (SPEC §24): memory/idempotency.ts.
+  async beginIdempotent(slot: string, claim: IdempotentClaim): Promise<IdempotentBegin> { return this.idempotency.begin(slot, claim); }
+  async finishIdempotent(slot: string, owner: string, result: string, ttlMs: number): Promise<boolean> { return this.idempotency.finish(slot, owner, result, ttlMs); }
+  async abandonIdempotent(slot: string, owner: string): Promise<void> { this.idempotency.abandon(slot, owner); }
 
   async close(): Promise<void> {}
 

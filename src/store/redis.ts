@@ -17,6 +17,8 @@ import { openRedisClient } from './redis-connection.js';
 import { slotTags } from './slots.js';
 import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
 import { RedisQuotas } from './redis/quotas.js';
+import { RedisIdempotency } from './redis/idempotency.js';
+import type { IdempotentBegin, IdempotentClaim } from './store.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -58,6 +60,8 @@ export class RedisStore implements Store {
   private readonly requests: RedisRequests;
   /** Budget and allowance counters (SPEC §23). */
   private readonly quotas: RedisQuotas;
+  /** Idempotent results (SPEC §24). */
+  private readonly idempotency: RedisIdempotency;
 
   private constructor(private readonly core: RedisCore) {
     this.handleOps = new RedisHandles(core);
@@ -67,6 +71,7 @@ export class RedisStore implements Store {
     this.x402 = new RedisX402(core);
     this.requests = new RedisRequests(core);
     this.quotas = new RedisQuotas({ client: core.client, keys: core.keys, clustered: core.clustered, now: core.now, once: (...a) => core.once(...a), run: (...a) => core.run(...a), call: (op, work, budgetMs) => core.call(op, work, budgetMs) });
+    this.idempotency = new RedisIdempotency({ key: (slot) => core.keys.idempotentResult(slot), run: (script, keys, args) => core.run(script, keys, args), call: (op, work) => core.call(op, work) });
   }
 
   /** Connects (standalone/Sentinel via `url`, Cluster via `cluster`) or fails clearly: there is no fallback store. */
@@ -283,6 +288,11 @@ export class RedisStore implements Store {
   async ping(): Promise<void> {
     await this.core.call('ping', () => this.core.client.ping());
   }
+
+  // Idempotent results (SPEC §24): redis/idempotency.ts.
+  beginIdempotent(slot: string, claim: IdempotentClaim): Promise<IdempotentBegin> { return this.idempotency.begin(slot, claim); }
+  finishIdempotent(slot: string, owner: string, result: string, ttlMs: number): Promise<boolean> { return this.idempotency.finish(slot, owner, result, ttlMs); }
+  abandonIdempotent(slot: string, owner: string): Promise<void> { return this.idempotency.abandon(slot, owner); }
 
   // Budgets and allowances (SPEC §23): redis/quotas.ts.
   reserveQuotas(request: QuotaRequest): Promise<QuotaDecision> { return this.quotas.reserveQuotas(request); }

@@ -297,6 +297,19 @@ export interface Store {
   /** What each counter has used in its window (committed and held). A counter never drawn on reads 0/0. */
   quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]>;
   // ── end of budgets and allowances ───────────────────────────────────────────────────────────────
+  // ── idempotent results (SPEC §24) ─────────────────────────────────────────────────────────────────
+  /**
+   * One atomic look at an idempotency slot (a digest of payer and key; memory/idempotency.ts,
+   * redis/idempotency.lua.ts). Empty (or its in-flight marker expired): the caller's marker is written,
+   * kept `claim.runningTtlMs`, and it is 'first' (it runs the call). Otherwise the slot's scope decides:
+   * another scope is a 'conflict'; the same scope is 'done' with the kept result, or 'running'.
+   */
+  beginIdempotent(slot: string, claim: IdempotentClaim): Promise<IdempotentBegin>;
+  /** Keeps the committed result (its JSON) ttlMs, when the slot still holds `owner`'s marker; false otherwise. Idempotent. */
+  finishIdempotent(slot: string, owner: string, result: string, ttlMs: number): Promise<boolean>;
+  /** Removes `owner`'s in-flight marker (the call was released: nothing is kept, a retry runs anew). Idempotent. */
+  abandonIdempotent(slot: string, owner: string): Promise<void>;
+  // ── end of idempotent results ──────────────────────────────────────────────────────────────────────
 }
 
 // ── budgets and allowances (SPEC §23) ────────────────────────────────────────────────────────────
@@ -546,3 +559,24 @@ export interface DevLink {
 export const SESSION_BINDING_TTL_MS = 24 * 3_600_000;
 
 // ── end of sessions bound to principals ──────────────────────────────────────────────────────────────
+
+// ── idempotent results (SPEC §24) ───────────────────────────────────────────────────────────────────
+
+/** What a call with an idempotency key writes into its slot when it is the first. */
+export interface IdempotentClaim {
+  /** Digest of payer, endpoint, tool and canonical arguments: the same key with another scope conflicts. */
+  scope: string;
+  /** A random id of this attempt: only it may finish or abandon the marker. */
+  owner: string;
+  /** How long the in-flight marker lives if its call never concludes (a crash): the call deadline and a margin. */
+  runningTtlMs: number;
+}
+
+export type IdempotentBegin =
+  | { kind: 'first' }
+  | { kind: 'running' }
+  /** The committed result as it was delivered (JSON text of the JSON-RPC `result`, receipt included). */
+  | { kind: 'done'; result: string }
+  | { kind: 'conflict' };
+
+// ── end of idempotent results ───────────────────────────────────────────────────────────────────────

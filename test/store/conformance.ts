@@ -1293,7 +1293,90 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
   });
   // ── end of sessions bound to principals ────────────────────────────────────────────────────────
 
+  // ── idempotent results (SPEC §24) ──────────────────────────────────────────────────────────────
+  const claim = (scope: string, owner = randomId('o_'), runningTtlMs = HOUR) => ({ scope, owner, runningTtlMs });
+
+  behaviour('beginIdempotent: the first call of a slot runs; the same scope waits, then gets the kept result byte for byte', async (f, t) => {
+    const slot = randomId('slot_');
+    const first = claim('scope-a');
+    t.same(await f.store.beginIdempotent(slot, first), { kind: 'first' });
+    t.same(await f.store.beginIdempotent(slot, claim('scope-a')), { kind: 'running' }, 'a second attempt while the first runs');
+    const result = JSON.stringify({ content: [{ type: 'text', text: 'r\u00e9sum\u00e9 \u2014 "quoted"' }], _meta: { 'xyz.tollbooth/receipt': { sku: SKU, cost: 1, remaining: 4 } } });
+    t.equal(await f.store.finishIdempotent(slot, first.owner, result, HOUR), true);
+    const done = await f.store.beginIdempotent(slot, claim('scope-a'));
+    t.same(done, { kind: 'done', result });
+    t.equal(done.kind === 'done' && done.result, result, 'the same bytes');
+    t.same(await f.store.beginIdempotent(randomId('slot_'), claim('scope-a')), { kind: 'first' }, 'another slot is independent');
+  });
+
+  behaviour('beginIdempotent: the same slot with another scope conflicts, while running and once done', async (f, t) => {
+    const slot = randomId('slot_');
+    const first = claim('scope-a');
+    await f.store.beginIdempotent(slot, first);
+    t.same(await f.store.beginIdempotent(slot, claim('scope-b')), { kind: 'conflict' });
+    await f.store.finishIdempotent(slot, first.owner, '{"ok":true}', HOUR);
+    t.same(await f.store.beginIdempotent(slot, claim('scope-b')), { kind: 'conflict' });
+  });
+
+  behaviour('abandonIdempotent: a released call keeps nothing and its retry runs anew; only its own attempt can abandon', async (f, t) => {
+    const slot = randomId('slot_');
+    const first = claim('scope-a');
+    await f.store.beginIdempotent(slot, first);
+    await f.store.abandonIdempotent(slot, randomId('o_'));
+    t.same(await f.store.beginIdempotent(slot, claim('scope-a')), { kind: 'running' }, 'another owner cannot abandon it');
+    await f.store.abandonIdempotent(slot, first.owner);
+    await f.store.abandonIdempotent(slot, first.owner);
+    const retry = claim('scope-b');
+    t.same(await f.store.beginIdempotent(slot, retry), { kind: 'first' }, 'the slot is free again, for any scope');
+    t.equal(await f.store.finishIdempotent(slot, first.owner, '{"late":true}', HOUR), false, 'the abandoned attempt cannot finish it');
+    t.equal(await f.store.finishIdempotent(slot, retry.owner, '{"n":2}', HOUR), true);
+    await f.store.abandonIdempotent(slot, retry.owner);
+    t.same(await f.store.beginIdempotent(slot, claim('scope-b')), { kind: 'done', result: '{"n":2}' }, 'a kept result is never abandoned');
+  });
+
+  behaviour('beginIdempotent: the same attempt asking again (a lost reply) is still first', async (f, t) => {
+    const slot = randomId('slot_');
+    const first = claim('scope-a');
+    t.same(await f.store.beginIdempotent(slot, first), { kind: 'first' });
+    t.same(await f.store.beginIdempotent(slot, first), { kind: 'first' });
+    t.equal(await f.store.finishIdempotent(slot, first.owner, '{}', HOUR), true);
+    t.equal(await f.store.finishIdempotent(slot, first.owner, '{}', HOUR), true, 'finishing twice is harmless');
+    t.same(await f.store.beginIdempotent(slot, first), { kind: 'done', result: '{}' });
+  });
+
+  // Real time on Redis (TTLs run on the server's clock): 2 s TTLs, every check ≥ 800 ms from an edge.
+  timedBehaviour('an in-flight marker ends after runningTtlMs (a crashed call); a kept result after ttlMs', async (f, t) => {
+    const slot = randomId('slot_');
+    const crashed = claim('scope-a', randomId('o_'), 2_000);
+    await f.store.beginIdempotent(slot, crashed);
+    await f.passTime(2_800);
+    const next = claim('scope-a', randomId('o_'), 2_000);
+    t.same(await f.store.beginIdempotent(slot, next), { kind: 'first' }, 'the marker of a call that never concluded is gone');
+    t.equal(await f.store.finishIdempotent(slot, crashed.owner, '{"old":1}', 2_000), false, 'the crashed attempt cannot finish it');
+    t.equal(await f.store.finishIdempotent(slot, next.owner, '{"new":1}', 4_000), true);
+    await f.passTime(2_200);
+    t.same(await f.store.beginIdempotent(slot, claim('scope-a')), { kind: 'done', result: '{"new":1}' }, "the result outlives the marker's TTL");
+    await f.passTime(2_600);
+    t.same(await f.store.beginIdempotent(slot, claim('scope-a')), { kind: 'first' }, 'gone after ttlMs');
+  });
+
+  behaviour('concurrent beginIdempotent on one slot: exactly one is first, every other waits', async (f, t) => {
+    t.same(await concurrentIdempotentBegins(f.store, 50), { first: 1, running: 49, other: 0 });
+  });
+  // ── end of idempotent results ──────────────────────────────────────────────────────────────────
+
   suite.test('timed behaviours (real time, side by side)', { jobs: timed.length }, async (group) => {
     for (const [title, body] of timed) group.test(title, { buffered: true }, run(body));
   });
+}
+
+// ── idempotent results (SPEC §24): the concurrency check, shared with negative-control.test.ts ──────
+
+/** `calls` concurrent first looks at one fresh slot, all with the same scope, tallied by answer. */
+export async function concurrentIdempotentBegins(store: Store, calls: number): Promise<{ first: number; running: number; other: number }> {
+  const slot = randomId('slot_');
+  const answers = await Promise.all(Array.from({ length: calls }, () => store.beginIdempotent(slot, { scope: 'scope-a', owner: randomId('o_'), runningTtlMs: HOUR })));
+  const first = answers.filter((a) => a.kind === 'first').length;
+  const running = answers.filter((a) => a.kind === 'running').length;
+  return { first, running, other: calls - first - running };
 }

@@ -3,13 +3,25 @@
 // Concurrent reserves all read the same balance, so it grants more calls than were paid for. Every
 // other method is MemoryStore's; the balances live here so the lost update is a real one.
 import { MemoryStore } from '../../src/store/memory.js';
-import type { HandleState, SpendDecision, SpendRequest } from '../../src/store/store.js';
+import type { HandleState, IdempotentBegin, IdempotentClaim, SpendDecision, SpendRequest } from '../../src/store/store.js';
 
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 export class NaiveStore extends MemoryStore {
   private readonly ledger = new Map<string, Map<string, number>>();
   private readonly held = new Map<string, { handleHash: string; sku: string; cost: number }>();
+  private readonly slots = new Map<string, IdempotentClaim>();
+
+  /** An idempotency slot looked up, then written a turn later: concurrent first calls all see it empty. */
+  override async beginIdempotent(slot: string, claim: IdempotentClaim): Promise<IdempotentBegin> {
+    const found = this.slots.get(slot);
+    await nextTurn();
+    if (!found) {
+      this.slots.set(slot, claim);
+      return { kind: 'first' };
+    }
+    return found.scope === claim.scope ? { kind: 'running' } : { kind: 'conflict' };
+  }
 
   override async getHandle(handleHash: string): Promise<HandleState | null> {
     const state = await super.getHandle(handleHash);

@@ -4,7 +4,7 @@
 // test ever fails, the suite's concurrency test has become vacuous.
 import t from 'tap';
 import { MemoryStore } from '../../src/store/memory.js';
-import { ManualClock, concurrentReserveOutcome, concurrentReserveOutcomeOver } from './conformance.js';
+import { ManualClock, concurrentIdempotentBegins, concurrentReserveOutcome, concurrentReserveOutcomeOver } from './conformance.js';
 import { InstanceLockedStore, SharedBooks } from './instance-locked-store.js';
 import { NaiveStore } from './naive-store.js';
 
@@ -37,4 +37,11 @@ t.test('the cross-instance check catches a store that locks only within one inst
 t.test('the per-instance lock alone is correct: one instance reserves exactly 50 (so only the second instance makes it fail)', async (t) => {
   const clock = new ManualClock();
   t.same(await concurrentReserveOutcomeOver([new InstanceLockedStore(new SharedBooks(), { now: clock.now })], clock), { reserved: 50, insufficient: 150, other: 0, finalBalance: 0 });
+});
+
+t.test('the idempotency check catches a look-then-write slot letting several duplicates run', async (t) => {
+  const clock = new ManualClock();
+  const naive = await concurrentIdempotentBegins(new NaiveStore({ now: clock.now }), 50);
+  t.ok(naive.first > 1, `the naive store let ${naive.first} of 50 duplicates run`);
+  t.same(await concurrentIdempotentBegins(new MemoryStore({ now: clock.now }), 50), { first: 1, running: 49, other: 0 }, 'MemoryStore lets one run');
 });

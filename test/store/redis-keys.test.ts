@@ -100,6 +100,13 @@ async function exerciseEveryOperation(store: RedisStore, clock: { offset: number
   // sessions bound to principals (SPEC §20): one string per upstream session hash
   await store.bindSession('c2Vzc2lvbi1vd25lcg', 'sub:alice', HOUR);
   await store.sessionPrincipal('c2Vzc2lvbi1vd25lcg', HOUR);
+  // idempotent results (SPEC §24): one hash per slot, kept and running
+  const slot = (n: string): string => n.repeat(64);
+  await store.beginIdempotent(slot('a'), { scope: 's', owner: 'o', runningTtlMs: 60_000 });
+  await store.finishIdempotent(slot('a'), 'o', '{}', HOUR);
+  await store.beginIdempotent(slot('b'), { scope: 's', owner: 'o', runningTtlMs: 60_000 });
+  await store.beginIdempotent(slot('c'), { scope: 's', owner: 'o', runningTtlMs: 60_000 });
+  await store.abandonIdempotent(slot('c'), 'o');
 }
 
 async function keysWithTtl(ports: number[]): Promise<{ key: string; pttl: number }[]> {
@@ -137,13 +144,14 @@ async function checkKeys(t: Test, storeConfig: RedisStoreConfig, ports: number[]
     [`${PREFIX}{h:aa11}`, `${PREFIX}{h:aa11}:ledger`, `${PREFIX}{h:aa11}:res`, `${PREFIX}{h:bb22}`, `${PREFIX}{h:bb22}:charges`, `${PREFIX}{h:bb22}:ledger`, `${PREFIX}{h:cc33}`, `${PREFIX}{h:cc33}:ledger`],
     'every key of a handle, its ledger included, carries its hash tag',
   );
-  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}', '{so:c2Vzc2lvbi1vd25lcg}']) {
+  for (const kind of ['{charges:due}', '{charges:all}', '{charges:live}', '{ref:ref-pending}', '{cb:203.0.113.7}', '{lease:reconciler}', '{dev:dev-1}', '{pr:c2Vzc2lvbi1oYXNo}', '{so:c2Vzc2lvbi1vd25lcg}', `{idem:${'a'.repeat(64)}}`, `{idem:${'b'.repeat(64)}}`]) {
     t.ok(keys.some(({ key }) => key === PREFIX + kind), `${kind} key present`);
   }
   t.ok(keys.some(({ key }) => /^tbkeys:\{ev:[0-9a-f]{64}\}$/.test(key)), 'a claimed event is one key named by a digest of its id');
+  t.notOk(keys.some(({ key }) => key === `${PREFIX}{idem:${'c'.repeat(64)}}`), 'an abandoned idempotency slot leaves no key');
   // §8: every key is a handle's (under its tag) or one of the global kinds; nothing that names a
   // handle's fingerprint lives outside the handle's tag.
-  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+|handle-expiry|so:[A-Za-z0-9_-]+)\}$|^tbkeys:\{rs:[0-9a-z]+\}:exp$/;
+  const globalKinds = /^tbkeys:\{(reservations|rs:[0-9a-z]+|reservation-shards|charges:due|charges:all|charges:live|ref:[^}]+|cb:[^}]+|lease:[^}]+|dev:[^}]+|ev:[0-9a-f]{64}|pr:[A-Za-z0-9_-]+|handle-expiry|so:[A-Za-z0-9_-]+|idem:[0-9a-f]{64})\}$|^tbkeys:\{rs:[0-9a-z]+\}:exp$/;
   const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges|:ledger|:op:[a-z]:[^:]+)?$/;
   // x402 (SPEC §19): an authorization claim and the payer's ledger, under the payer's tag.
   const payerKey = /^tbkeys:\{x402:0x[0-9a-f]{40}\}(:nonce:[^:]+:[^:]+:0x[0-9a-f]{64}|:nonce:eip155:[0-9]+:0x[0-9a-f]{40}:0x[0-9a-f]{64}(:op:(claim|finish))?|:ledger)$/;

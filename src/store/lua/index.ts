@@ -12,6 +12,7 @@ import { GLOBAL_SCRIPTS } from './global.js';
 import { LEDGER_PRELUDE } from './ledger.js';
 import { once } from './operations.js';
 import { PRELUDE } from './prelude.js';
+import { IDEMPOTENCY_SCRIPTS } from '../redis/idempotency.lua.js';
 
 /**
  * Each concern's scripts sit beside its TypeScript (../redis/<concern>.lua.ts) and export one record,
@@ -27,6 +28,8 @@ const BODIES = {
   ...GLOBAL_SCRIPTS,
   // budgets and allowances (SPEC §23)
   ...QUOTA_SCRIPTS,
+  // idempotent results (SPEC §24)
+  ...IDEMPOTENCY_SCRIPTS,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;

@@ -126,7 +126,11 @@ export class MemoryCore {
     for (const [key, forgetAt] of this.events) if (forgetAt <= now) this.events.delete(key);
     for (const [hash, bound] of this.sessionOwners) if (bound.expiresAt <= now) this.sessionOwners.delete(hash);
     for (const [operation, recorded] of this.operations) if (recorded.until <= now) this.operations.delete(operation);
+    for (const sweep of this.sweepers) sweep(now);
   }
+
+  /** Concerns that keep their own maps (idempotent results) join the lazy sweep here. */
+  readonly sweepers: ((now: number) => void)[] = [];
 
   /**
    * Runs one money operation, or answers a re-run of the same attempt with the first run's reply. The
