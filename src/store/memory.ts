@@ -730,8 +730,11 @@ export class MemoryStore implements Store {
     return null;
   }
 
-  async endTask(key: TaskKey): Promise<void> {
-    this.tasks.delete(taskHash(key));
+  async concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
+    const entry = this.tasks.get(taskHash(key));
+    if (!entry || entry.record.state) return false;
+    entry.record = { ...concluded };
+    return true;
   }
 
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────

@@ -738,7 +738,7 @@ export class RedisStore implements Store {
     const index = this.keys.reservationIndexOf(record.handleHash, this.clustered);
     const member = indexMember(record.handleHash, record.reservationId);
     const held = Number(await this.call('holdTask', () => this.run('tbHoldTaskReservation', [k.handle, k.reservations, index], [record.reservationId, member, record.deadline, now])));
-    if (held !== 1) await this.call('endTask', () => this.client.del(taskKey));
+    if (held !== 1) await this.call('holdTask', () => this.client.del(taskKey));
     return held === 1;
   }
 
@@ -747,8 +747,8 @@ export class RedisStore implements Store {
     return raw ? (JSON.parse(raw) as TaskRecord) : null;
   }
 
-  async endTask(key: TaskKey): Promise<void> {
-    await this.call('endTask', () => this.client.del(this.keys.task(taskHash(key))));
+  async concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
+    return Number(await this.call('concludeTask', () => this.run('tbConcludeTask', [this.keys.task(taskHash(key))], [JSON.stringify(concluded)]))) === 1;
   }
 
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────

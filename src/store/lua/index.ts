@@ -12,7 +12,7 @@ import { RECORD_X402_SETTLEMENT } from './outbox.js';
 import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
 import { once } from './operations.js';
 import { CLAIM_PAYMENT_NONCE, FINISH_PAYMENT_NONCE } from './x402.js';
-import { HOLD_TASK_RESERVATION } from './tasks.js';
+import { CONCLUDE_TASK, HOLD_TASK_RESERVATION } from './tasks.js';
 
 const BODIES = {
   tbCreateHandle: CREATE_HANDLE,
@@ -49,6 +49,7 @@ const BODIES = {
   tbSessionPrincipal: SESSION_PRINCIPAL,
   // tasks holding a reservation (SPEC §24)
   tbHoldTaskReservation: HOLD_TASK_RESERVATION,
+  tbConcludeTask: CONCLUDE_TASK,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;

@@ -20,3 +20,17 @@ live_until(KEYS[3], tonumber(ARGV[3]) + RETENTION_MS, now)
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. cost .. ' ' .. sku)
 return 1
 `;
+
+/**
+ * KEYS task record. ARGV the concluded record (JSON). Writes it in place of the held record, keeping its
+ * TTL, unless the record is gone or already concluded. Returns 1 when this call recorded the conclusion
+ * first, 0 otherwise (several reads of one task may each conclude it with the same attempt id: §24).
+ */
+export const CONCLUDE_TASK = `
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local record = cjson.decode(current)
+if record.state then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+return 1
+`;
