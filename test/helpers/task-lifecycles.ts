@@ -104,7 +104,7 @@ export interface Rig {
   /** Upstream sessions opened through the gateway; each lifecycle runs in one, a stranger asks from another. */
   sessions: string[];
   /** The URL of the gateway serving now (a rebuild may replace it). */
-  url(): string;
+  url: () => string;
   store: Store;
   hashSecret: string;
   advance(ms: number): void;
@@ -214,6 +214,9 @@ export async function runLifecycles(t: Test, rig: Rig, upstream: TaskUpstream, c
           await result(life);
           break;
         }
+        case 'expired':
+        case 'rebuilt':
+          throw new Error(`${life.kind} lifecycles run after this phase`);
       }
       maybeRebuild();
     });
