@@ -13,7 +13,7 @@ import { ProviderError, type PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store, TaskKey, TaskRecord } from '../store/store.js';
-import { taskEnd, type TaskMethod } from './tasks.js';
+import { recordedConclusion, taskEnd, type TaskMethod } from './tasks.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason } from '../mcp/challenge.js';
 import { resultKind } from '../mcp/result-kind.js';
 import { challengeThrottleKey } from './client-key.js';
@@ -61,6 +61,8 @@ interface Settled {
 
 const DEADLINE_CHARGED = 'The tool did not finish in time and was stopped; the upstream had accepted the call, so its credit was spent. You may retry.';
 const FAILED_CHARGED = 'The tool server accepted the call but its answer could not be read; the credit was spent. Retry later.';
+
+const TASK_UNCONFIRMED = 'Payments are temporarily unavailable, so this task\'s result could not be confirmed as paid and is withheld. Ask for it again (tasks/result) in a moment: it is charged at most once.';
 
 const OPENING_WAIT_MS = 5_000;
 const DEFAULT_TASK_DEADLINE_MS = 3_600_000;
@@ -231,18 +233,43 @@ export class Paywall {
     const pastDeadline = this.#deps.now() > record.deadline;
     const delivers = end.kind === 'result' && end.succeeded;
     const keep = !pastDeadline && (record.charge === 'attempt' ? end.kind !== 'cancelled' : delivers);
-    const settled = await this.#settle(record.handleHash, record.reservationId, keep, null, { sku, cost, tool: record.tool });
+    // Concluded before (an earlier read, on any replica): that conclusion stands, nothing moves again.
+    let settled: Settled = record.state ? { state: record.state, remaining: record.remaining ?? null, ours: false } : await this.#settleTask(key, record, keep);
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : delivers ? 'authorised' : 'upstream_error';
       this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true, ref: record.reservationId });
+    } else if (!record.state && settled.state === 'released' && settled.remaining === null) {
+      // The reservation was gone: a concurrent read of this task released it (cancelled, failed), or the reconciler did.
+      const recorded = await recordedConclusion(this.#deps.store, key, !pastDeadline).catch(() => null);
+      settled = recorded ? { ...recorded, ours: false } : { state: pastDeadline ? 'released' : 'unknown', remaining: null, ours: false };
     }
-    // Committed: a later tasks/result reads a result already paid for, so the record goes. Released: it
-    // stays (until its lifetime ends), so a result that turns up after all finds nothing to commit.
-    if (settled.ours && settled.state === 'committed') this.#background('endTask', this.#deps.store.endTask(key));
     if (settled.state === 'committed') return delivers ? withReceipt(message, { sku, cost, remaining: settled.remaining }) : message;
     if (!delivers) return message; // a failure, a cancellation: nothing to withhold
-    const reason = settled.state === 'unknown' ? 'payments_unavailable' : 'deadline_exceeded';
-    return { jsonrpc: '2.0', id: message.id ?? null, result: refusalResult(reason, await resultShape()) };
+    if (settled.state === 'unknown') return { jsonrpc: '2.0', id: message.id ?? null, result: refusalResult('payments_unavailable', await resultShape(), { text: TASK_UNCONFIRMED }) };
+    return { jsonrpc: '2.0', id: message.id ?? null, result: refusalResult('deadline_exceeded', await resultShape()) };
+  }
+
+  /**
+   * Commits (keep) or releases a task's reservation under one attempt id per task: every read that
+   * concludes it — two at once, or one retried after a store timeout whose write landed — gets the first
+   * conclusion's answer (for 60 s, the store's operation records), and none applies twice. The read that
+   * records the conclusion first (store.concludeTask) is the one that counts and logs it.
+   */
+  async #settleTask(key: TaskKey, record: TaskRecord, keep: boolean): Promise<Settled> {
+    const { store } = this.#deps;
+    const attempt = `task:${record.reservationId}`;
+    try {
+      const remaining = keep ? await store.commit(record.handleHash, record.reservationId, record.tool, attempt) : await store.release(record.handleHash, record.reservationId, attempt);
+      if (remaining === null) return { state: 'released', remaining: null, ours: false };
+      const state = keep ? 'committed' : 'released';
+      // A record that cannot be written still leaves the credits moved: this read counts them.
+      const first = await store.concludeTask(key, { ...record, state, remaining }).catch((error: unknown) => (this.#countStoreFailure(undefined, error, 'concludeTask'), true));
+      if (first) this.#creditCounter(record.sku)[keep ? 'spent' : 'refunded'].inc(record.cost);
+      return { state, remaining, ours: first };
+    } catch (error) {
+      this.#countStoreFailure(undefined, error, keep ? 'commit' : 'release');
+      return { state: 'unknown', remaining: null, ours: false };
+    }
   }
 
   async #finalMessage(priced: PricedCall, outcome: CallOutcome, succeeded: boolean, settled: Settled): Promise<JsonRpcResponse | null> {

@@ -279,8 +279,8 @@ export class RedisStore implements Store {
     return this.requests.getTask(key);
   }
 
-  endTask(key: TaskKey): Promise<void> {
-    return this.requests.endTask(key);
+  concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
+    return this.requests.concludeTask(key, concluded);
   }
 
   // ── the store itself ───────────────────────────────────────────────────────────────────────────

@@ -270,8 +270,13 @@ export interface Store {
    */
   holdTask(key: TaskKey, record: TaskRecord): Promise<boolean>;
   getTask(key: TaskKey): Promise<TaskRecord | null>;
-  /** Forgets the task (its reservation was committed or released). */
-  endTask(key: TaskKey): Promise<void>;
+  /**
+   * Records how the task's reservation was concluded (`concluded.state`, and `remaining` once committed)
+   * in place of its record, which keeps its lifetime. True when this call recorded it first; false when
+   * the record is gone or already concluded. Written before the answer goes out, so any later read of the
+   * task answers as the first conclusion did (§24).
+   */
+  concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean>;
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
   // ── budgets and allowances (SPEC §23; store/memory/quotas.ts, store/redis/quotas.ts) ────────────
   /**
@@ -380,6 +385,9 @@ export interface TaskRecord extends HeldReservation {
   deadline: number;
   fingerprint: string | null;
   startedAt: number;
+  /** Absent while the reservation is held; set once it was committed (with the receipt's `remaining`) or released. */
+  state?: 'committed' | 'released';
+  remaining?: number | null;
 }
 
 /** A payment the provider reports for a charge the store does not know (SPEC §21). */

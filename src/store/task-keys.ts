@@ -8,7 +8,8 @@ import type { TaskKey } from './store.js';
  * the deadline) keeps its record so a result asked for later finds it and is refused (deadline_exceeded)
  * rather than forwarded as an unpriced task's: upstreams keep a finished task's result for its ttl, so a
  * short grace would let a released task's result through for free once the record lapsed. Seven days
- * outlasts the task ttls of the servers we know; a committed task's record is deleted at once.
+ * outlasts the task ttls of the servers we know. A concluded record says how (committed, with the receipt's
+ * remaining, or released), so a later or concurrent read of the task answers as its first conclusion did.
  */
 export const TASK_RECORD_GRACE_MS = 7 * 24 * 60 * 60_000;
 

@@ -206,3 +206,33 @@ t.test('a released task\'s result replayed on a resumed stream (Last-Event-ID) i
   t.notOk(replayed.some((data) => data.includes(`done:${taskId}`)), 'the upstream\'s result is not replayed to the client');
   t.equal(await spends(gateway, handle), 0, 'nothing spent');
 });
+
+t.test('unpriced task traffic reads the same through the gateway as direct: creation, tasks/get, tasks/result, tasks/cancel', async (t) => {
+  const gateway = await startTestGateway(t, testConfig(upstream.url, { tools: { other: { sku: 'research', cost: 1 } } }));
+  let id = 1;
+  const send = async (url: string, method: string, params: Json): Promise<Json> => {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: id++, method, params }),
+    });
+    return { status: response.status, type: response.headers.get('content-type'), body: (await response.json()) as Json };
+  };
+  // What may differ between two runs of the same exchange: the task id, its timestamps, the JSON-RPC id.
+  const normal = (reply: Json, taskId: string): Json =>
+    JSON.parse(JSON.stringify(reply).replaceAll(taskId, '<task>').replace(/"(createdAt|lastUpdatedAt)":"[^"]*"/g, '"$1":"<time>"').replace(/"id":\d+/g, '"id":"<id>"')) as Json;
+  const run = async (url: string): Promise<Json[]> => {
+    const created = await send(url, 'tools/call', { name: 'job', arguments: { name: 'same' }, task: { ttl: 600_000 } });
+    const taskId = created.body.result.task.taskId as string;
+    const cancelled = await send(url, 'tools/call', { name: 'job', arguments: { name: 'other' }, task: { ttl: 600_000 } });
+    const otherId = cancelled.body.result.task.taskId as string;
+    const replies = [created, await send(url, 'tasks/get', { taskId })];
+    await upstream.finish(taskId, 'completed');
+    replies.push(await send(url, 'tasks/get', { taskId }), await send(url, 'tasks/result', { taskId }));
+    replies.push(normal(await send(url, 'tasks/cancel', { taskId: otherId }), otherId));
+    return replies.map((reply) => normal(reply, taskId));
+  };
+  const direct = await run(upstream.url);
+  const through = await run(gateway.url);
+  t.same(through, direct, 'the same statuses, content types and bodies');
+});

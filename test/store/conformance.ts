@@ -479,7 +479,7 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.store.commit(handleHash, 'live'), 9, 'a reservation inside its deadline is kept');
   });
 
-  behaviour('holdTask keeps a reservation past its call deadline until the task deadline; getTask and endTask', async (f, t) => {
+  behaviour('holdTask keeps a reservation past its call deadline until the task deadline; getTask and concludeTask', async (f, t) => {
     const handleHash = await f.handle({ credits: 10 });
     const now = f.clock.now();
     await f.spend(handleHash, { reservationId: 'task-held', reservationDeadline: now + 1_000 });
@@ -494,8 +494,12 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.balance(handleHash), 10);
     t.equal(await f.store.holdTask({ scope: 'default', taskId: 'gone' }, record), false, 'a reservation already gone is not held');
     t.equal(await f.store.getTask({ scope: 'default', taskId: 'gone' }), null, 'and nothing is recorded for it');
-    await f.store.endTask(key);
-    t.equal(await f.store.getTask(key), null);
+    t.equal(await f.store.concludeTask(key, { ...record, state: 'released', remaining: 10 }), true, 'the first conclusion is recorded');
+    t.same(await f.store.getTask(key), { ...record, state: 'released', remaining: 10 }, 'in place of the held record');
+    t.equal(await f.store.concludeTask(key, { ...record, state: 'committed', remaining: 9 }), false, 'a second conclusion changes nothing');
+    t.same(await f.store.getTask(key), { ...record, state: 'released', remaining: 10 });
+    t.equal(await f.store.concludeTask({ scope: 'default', taskId: 'gone' }, { ...record, state: 'committed', remaining: 1 }), false);
+    t.equal(await f.store.getTask({ scope: 'default', taskId: 'gone' }), null, 'a conclusion never creates a record');
   });
 
   behaviour('a reservation at exactly its deadline is not stale yet', async (f, t) => {

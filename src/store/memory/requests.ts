@@ -56,7 +56,10 @@ export class MemoryRequests {
     return null;
   }
 
-  async endTask(key: TaskKey): Promise<void> {
-    this.core.tasks.delete(taskHash(key));
+  async concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
+    const entry = this.core.tasks.get(taskHash(key));
+    if (!entry || entry.record.state) return false;
+    entry.record = { ...concluded };
+    return true;
   }
 }

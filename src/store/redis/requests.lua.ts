@@ -49,10 +49,25 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3] .. ' ' .. cost .. ' ' .. sku)
 return 1
 `;
 
+/**
+ * KEYS task record. ARGV the concluded record (JSON). Writes it in place of the held record, keeping its
+ * TTL, unless the record is gone or already concluded. Returns 1 when this call recorded the conclusion
+ * first, 0 otherwise (several reads of one task may each conclude it with the same attempt id: §24).
+ */
+export const CONCLUDE_TASK = `
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local record = cjson.decode(current)
+if record.state then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+return 1
+`;
+
 export const REQUEST_SCRIPTS = {
   // priced-request registry (SPEC §6.5)
   tbRegisterPricedRequest: REGISTER_PRICED_REQUEST,
   tbConcludePricedRequest: CONCLUDE_PRICED_REQUEST,
   // tasks holding a reservation (SPEC §24)
   tbHoldTaskReservation: HOLD_TASK_RESERVATION,
+  tbConcludeTask: CONCLUDE_TASK,
 } as const;

@@ -34,7 +34,7 @@ export class RedisRequests {
     const index = this.core.keys.reservationIndexOf(record.handleHash, this.core.clustered);
     const member = indexMember(record.handleHash, record.reservationId);
     const held = Number(await this.core.call('holdTask', () => this.core.run('tbHoldTaskReservation', [k.handle, k.reservations, index], [record.reservationId, member, record.deadline, now])));
-    if (held !== 1) await this.core.call('endTask', () => this.core.client.del(taskKey));
+    if (held !== 1) await this.core.call('holdTask', () => this.core.client.del(taskKey));
     return held === 1;
   }
 
@@ -43,8 +43,8 @@ export class RedisRequests {
     return raw ? (JSON.parse(raw) as TaskRecord) : null;
   }
 
-  async endTask(key: TaskKey): Promise<void> {
-    await this.core.call('endTask', () => this.core.client.del(this.core.keys.task(taskHash(key))));
+  async concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
+    return Number(await this.core.call('concludeTask', () => this.core.run('tbConcludeTask', [this.core.keys.task(taskHash(key))], [JSON.stringify(concluded)]))) === 1;
   }
 }
 
