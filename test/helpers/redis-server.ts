@@ -21,8 +21,14 @@ export interface RedisServer {
 export interface RedisCluster {
   seeds: string[];
   ports: number[];
-  /** One master per port (same order): signal it, or start it again on its port and data dir (it rejoins with its slots). */
+  /**
+   * One node per port (same order; three masters, the rest their replicas): signal
+   * it, or start it again on its port and data dir (it rejoins with its slots, or as a replica of the
+   * master that replaced it).
+   */
   nodes: { port: number; kill(signal: NodeJS.Signals): void; restart(): Promise<void> }[];
+  /** The ports of the nodes that are masters with slots now (after a failover, a promoted replica among them), asking every node but `skip`. */
+  masters(skip?: number): number[];
   /** Resolves once every node says cluster_state:ok again (after a node was stopped or restarted). */
   waitHealthy(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
@@ -65,25 +71,31 @@ export async function startRedis(options: StartRedisOptions = {}): Promise<Redis
   };
 }
 
-export async function startRedisCluster(options: StartRedisOptions = {}): Promise<RedisCluster> {
+/** `replicasPerMaster`: replicas for each of the three masters (default 0), so a master can fail over to one. */
+export async function startRedisCluster(options: StartRedisOptions & { replicasPerMaster?: number } = {}): Promise<RedisCluster> {
   const nodes: { child: ChildProcess; dir: string; port: number; args: string[] }[] = [];
   const persistence = options.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
-  for (let i = 0; i < 3; i++) {
+  const replicas = options.replicasPerMaster ?? 0;
+  for (let i = 0; i < 3 * (1 + replicas); i++) {
     const dir = mkdtempSync(join(tmpdir(), 'tb-redis-cluster-'));
     const started = await launchOnFreePort(true, (port) => ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence, '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--loglevel', 'warning']);
     nodes.push({ ...started, dir });
   }
   const ports = nodes.map((n) => n.port);
-  const created = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '0', '--cluster-yes'], { encoding: 'utf8', timeout: 20_000 });
+  const created = spawnSync('redis-cli', ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', String(replicas), '--cluster-yes'], { encoding: 'utf8', timeout: 20_000 });
   if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stdout}${created.stderr}`);
   await waitFor(async () => ports.every((p) => /cluster_state:ok/.test(cli(p, 'cluster', 'info'))), 'cluster_state:ok on every node');
   // Every node must also agree that all 16384 slots are served before the first command is routed.
   await waitFor(async () => ports.every((p) => /cluster_slots_ok:16384/.test(cli(p, 'cluster', 'info'))), 'all slots ok');
   const healthy = (timeoutMs = 15_000): Promise<void> =>
     waitFor(async () => ports.every((p) => /cluster_state:ok/.test(cli(p, 'cluster', 'info'))), 'cluster_state:ok on every node', { timeoutMs });
+  if (replicas > 0) {
+    await waitFor(async () => ports.filter((p) => cli(p, 'info', 'replication').includes('master_link_status:up')).length === 3 * replicas, 'every replica linked to its master', { timeoutMs: 30_000, everyMs: 200 });
+  }
   return {
     seeds: ports.map((p) => `redis://127.0.0.1:${p}`),
     ports,
+    masters: (skip) => clusterMasters(ports.filter((port) => port !== skip)),
     nodes: nodes.map((node) => ({
       port: node.port,
       kill: (signal: NodeJS.Signals) => void node.child.kill(signal),
@@ -98,6 +110,21 @@ export async function startRedisCluster(options: StartRedisOptions = {}): Promis
       for (const n of nodes) rmSync(n.dir, { recursive: true, force: true });
     },
   };
+}
+
+/** The masters holding slots, as the first node that answers sees them (a node SIGKILLed or stopped does not). */
+function clusterMasters(ports: number[]): number[] {
+  for (const port of ports) {
+    const lines = cli(port, 'cluster', 'nodes').split('\n').filter(Boolean);
+    if (lines.length === 0) continue;
+    return lines.flatMap((line) => {
+      const [, address, flags = '', , , , , , ...slots] = line.split(' ');
+      const roles = flags.split(',');
+      if (!roles.includes('master') || roles.includes('fail') || roles.includes('fail?') || slots.length === 0) return [];
+      return [Number(/:(\d+)@/.exec(address ?? '')?.[1])];
+    });
+  }
+  return [];
 }
 
 /** A Sentinel monitoring `masterPort` as `masterName` (quorum 1); `url` is the store URL for it. */
