@@ -21,6 +21,7 @@ import type { DeadlineQueue } from '../proxy/deadlines.js';
 import type { PricedRequests } from '../proxy/priced-requests.js';
 import type { X402Rail } from '../payments/x402/rail.js';
 import { Paywall } from '../paywall/decide.js';
+import { Quotas } from '../paywall/quotas.js';
 import { X402Calls } from '../paywall/x402-calls.js';
 import { ToolCatalog } from '../proxy/tool-catalog.js';
 import type { UpstreamTarget } from '../proxy/upstream-target.js';
@@ -68,6 +69,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     now,
     x402: deps.x402Rail ? x402Calls(config, endpoint, deps.x402Rail, deps) : null,
     server: endpoint.name,
+    quotas: new Quotas({ budgets: config.budgets, allowances: config.allowances }, endpoint.name, { store: deps.store, now }),
   });
 
   let resourceServer: ResourceServer | null = null;

@@ -12,7 +12,7 @@ import { rpcErrorBody, sendRpcError } from '../io/error-reply.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
-import type { TaskRecord } from '../store/store.js';
+import type { PaymentNonceKey, QuotaCounter, TaskRecord } from '../store/store.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import { rewriteToolsListMessages, type PriceTag, type ToolPricing } from '../mcp/tools-list.js';
 import { unknownToolMessage, type ToolVisibility } from '../mcp/visibility.js';
@@ -245,7 +245,7 @@ function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: strin
     .register(sessionId, id, {
       state: 'in_flight',
       // An x402-paid call holds no reservation: its record names the authorization instead (settled only by this exchange).
-      ...(authorisation.kind === 'reserved' ? { handleHash: authorisation.handleHash, reservationId: authorisation.reservationId } : { handleHash: '', reservationId: '', x402: authorisation.claim.key }),
+      ...heldReservation(authorisation),
       tool: toolCall.name,
       sku: priced.price.sku,
       cost: priced.price.cost,
@@ -264,6 +264,14 @@ function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: strin
     );
   const version = request.headers['mcp-protocol-version'];
   return { sessionId, protocolVersion: typeof version === 'string' ? version : undefined, key: deps.registry.key(sessionId, id), written };
+}
+
+/** What the registry needs to conclude the call elsewhere: its reservation (and budget draws), its free call (§23), or its x402 authorization. */
+function heldReservation(authorisation: HeldCall): { handleHash: string; reservationId: string; x402?: PaymentNonceKey; allowance?: string; quotas?: { holdId: string; counters: QuotaCounter[] } } {
+  const { kind } = authorisation;
+  if (kind === 'reserved') return { handleHash: authorisation.handleHash, reservationId: authorisation.reservationId, ...(authorisation.quotas ? { quotas: authorisation.quotas } : {}) };
+  if (kind === 'allowance') return { handleHash: '', reservationId: '', allowance: authorisation.hold.allowance, quotas: { holdId: authorisation.hold.holdId, counters: authorisation.hold.counters } };
+  return { handleHash: '', reservationId: '', x402: authorisation.claim.key };
 }
 
 function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, toolCall: ToolCall, principal: string | null, startedAt: number): PricedCall {

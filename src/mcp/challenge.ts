@@ -17,7 +17,9 @@ export type RefusalReason =
   | 'upstream_unavailable'
   // x402 (SPEC §19): the payment in _meta["x402/payment"] was not accepted / could not be settled.
   | 'payment_invalid'
-  | 'payment_failed';
+  | 'payment_failed'
+  // SPEC §23: the call would go over a budget (details: budget, resetsAt).
+  | 'budget_exceeded';
 
 export interface ChallengeInput {
   reason: ChallengeReason;
@@ -79,6 +81,7 @@ const REFUSAL_TEXT: Record<RefusalReason, (retryAfterSeconds?: number) => string
   upstream_unavailable: () => 'The tool server is unavailable or answered with an error; no credit was spent. Retry later.',
   payment_invalid: () => 'The x402 payment was not accepted, so the tool did not run and nothing was charged. Sign a new payment for the requirements in this result and retry.',
   payment_failed: () => 'The x402 payment could not be settled, so the result is withheld and the payment was not taken. Retry with a new payment.',
+  budget_exceeded: (s) => `This call would go over a spending limit set by the operator; no credit was spent. The limit resets in ${s ?? 1} seconds: retry then, or tell the user.`,
 };
 
 /** `details` adds fields after `reason` in the machine-readable data (e.g. x402's `invalidReason`). */

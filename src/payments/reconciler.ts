@@ -39,6 +39,8 @@ export interface TickReport {
   released: number;
   /** Handles ended by the expiry step (their remaining credits written off in the ledger). */
   handlesEnded: number;
+  /** Budget / allowance holds of calls that never finished, given back (SPEC §23). */
+  quotaHoldsReleased: number;
 }
 
 export class Reconciler {
@@ -84,7 +86,7 @@ export class Reconciler {
   async #tick(): Promise<TickReport> {
     const { store, settler, metrics, logger } = this.#deps;
     const now = this.#clock.now();
-    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0, handlesEnded: 0 };
+    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0, handlesEnded: 0, quotaHoldsReleased: 0 };
     try {
       if (!(await store.acquireLease('reconciler', this.#owner, this.#tickMs * 3))) return report;
       report.leader = true;
@@ -106,6 +108,8 @@ export class Reconciler {
       }
       report.released = await store.releaseStaleReservations(now, STALE_BATCH);
       if (report.released > 0) logger.warn({ evt: 'reservations_released', count: report.released }, 'released reservations left by calls that never finished');
+      report.quotaHoldsReleased = await store.releaseStaleQuotas(now, STALE_BATCH);
+      if (report.quotaHoldsReleased > 0) logger.warn({ evt: 'quota_holds_released', count: report.quotaHoldsReleased }, 'gave back budget and allowance draws held by calls that never finished');
       report.handlesEnded = await store.expireHandles(now, STALE_BATCH);
       if (report.handlesEnded > 0) logger.info({ evt: 'handles_ended', count: report.handlesEnded }, 'ended handles whose life was over; their remaining credits are written off in the ledger');
       metrics.reconcilerLastRun.set(now / 1000);
