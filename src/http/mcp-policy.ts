@@ -29,6 +29,8 @@ import type { PricedRequests } from '../proxy/priced-requests.js';
 import { TaskExchange, taskRequestOf } from '../proxy/task-call.js';
 import { taskOwner } from '../paywall/tasks.js';
 import { parseJsonOrUndefined } from '../io/json.js';
+import { callerHandleOf, withoutCallerHandle } from '../mcp/caller-handle.js';
+import { CallerPriceList } from '../paywall/price-list.js';
 
 export interface Authenticator {
   authenticate(authorization: string | undefined, needs: { tools: string[] }): Promise<
@@ -47,6 +49,8 @@ export interface PolicyInputs {
   authenticator: Authenticator | null;
   /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
   sessions: SessionBindings | null;
+  /** SPEC §23: the caller's own prices in tools/list (absent: the list is everyone's). */
+  priceList?: CallerPriceList | null;
 }
 
 export interface McpPolicyDeps extends PolicyInputs {
@@ -94,7 +98,10 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   // A tasks/* request about a task holding a paid call's credit: its answer is concluded (SPEC §24).
   if (deps.anyPriced && !classified.batch && (await forwardHeldTask(deps, call, request, reply, classified, principal, sessionId))) return;
   if (deps.anyPriced && classified.batch) await refuseHeldTasksInBatch(deps, classified, principal, sessionId);
-  if (priced.length === 0 && hidden.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
+  if (priced.length === 0 && hidden.length === 0) {
+    if (classified.listsTools) await ownPriceList(deps, call, request, classified, principal);
+    return forwardFree(deps, call, request, classified, body, sessionId);
+  }
   if (!classified.batch) return authorisePricedCall(deps, call, request, reply, classified.era, priced[0] as ToolCall, principal, sessionId);
   return authoriseBatch(deps, call, request, reply, classified, principal, sessionId);
 }
@@ -116,7 +123,25 @@ function forwardFree(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest
     call.sessionId = sessionId;
     call.ownIds = requestIds(classified.messages);
   }
-  request.body = forwardedBody(request, withoutPayments(withoutTokenArguments(deps, classified, body))); // no handle, no signed x402 payment reaches the upstream
+  // No handle (token argument, or the one a tools/list names for its own prices) and no signed x402 payment reaches the upstream.
+  request.body = forwardedBody(request, withoutCallerHandle(withoutPayments(withoutTokenArguments(deps, classified, body))));
+}
+
+/**
+ * SPEC §23: a tools/list from a known caller (a principal, or a handle named in params._meta) shows that
+ * caller's own prices, and its reply is private. A store that fails leaves the prices out, never the list.
+ */
+async function ownPriceList(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, classified: ClassifiedBody, principal: string | null): Promise<void> {
+  if (!deps.priceList) return;
+  const handle = classified.messages.map(callerHandleOf).find((named) => named !== null) ?? null;
+  const caller = { principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, handle };
+  if (!CallerPriceList.isKnown(caller)) return;
+  call.privateList = true;
+  try {
+    call.ownPrices = await deps.priceList.forCaller(caller);
+  } catch (error) {
+    deps.logger.warn({ evt: 'paywall_unavailable', reqId: request.id, op: 'ownPriceList', code: (error as { code?: string }).code }, "a caller's own prices could not be read: its tools/list goes without them");
+  }
 }
 
 /** SPEC §20: the body with the token argument removed from every call to a tool the gateway does not price. */
@@ -213,7 +238,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
       continue;
     }
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
-      forwarded.push(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message) as JsonRpcMessage);
+      forwarded.push(withoutCallerHandle(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message)) as JsonRpcMessage);
       continue;
     }
     const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt);
