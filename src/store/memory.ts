@@ -29,6 +29,7 @@ import {
 } from './policy.js';
 import { entryHash, GENESIS_HASH } from './ledger-chain.js';
 import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
+import { MemoryQuotas } from './memory/quotas.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -107,11 +108,14 @@ export class MemoryStore implements Store {
   private readonly orphans = new Map<string, OrphanPayment>();
   /** Replies of money operations by operation, for a re-run of the same attempt (SPEC §21; Store's `Attempt`). */
   private readonly operations = new Map<string, { attempt: Attempt; reply: unknown; until: number }>();
+  /** Budget and allowance counters (SPEC §23). */
+  private readonly quotas: MemoryQuotas;
 
   constructor(options: { now?: () => number; ledgerRetentionMs?: number } = {}) {
     this.clock = options.now ?? Date.now;
     this.nextSweepAt = this.clock() + SWEEP_INTERVAL_MS;
     this.ledgerRetentionMs = options.ledgerRetentionMs ?? LEDGER_RETENTION_MS;
+    this.quotas = new MemoryQuotas(this.clock);
   }
 
   async createHandle(handle: NewHandle): Promise<void> {
@@ -455,26 +459,12 @@ export class MemoryStore implements Store {
 
   async ping(): Promise<void> {}
 
-  // Budgets and allowances (SPEC §23): stubs until store/memory/quotas.ts lands.
-  async reserveQuotas(_request: QuotaRequest): Promise<QuotaDecision> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
-
-  async concludeQuotas(_holdId: string, _counters: QuotaCounter[], _outcome: 'commit' | 'release', _attempt?: Attempt): Promise<void> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
-
-  async holdQuotas(_holdId: string, _counters: QuotaCounter[], _deadline: number): Promise<boolean> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
-
-  async releaseStaleQuotas(_now: number, _limit: number): Promise<number> {
-    return 0;
-  }
-
-  async quotaUsage(_counters: QuotaCounter[]): Promise<QuotaUsage[]> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
+  // Budgets and allowances (SPEC §23): memory/quotas.ts.
+  reserveQuotas(request: QuotaRequest): Promise<QuotaDecision> { return this.quotas.reserveQuotas(request); }
+  concludeQuotas(holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', attempt?: Attempt): Promise<void> { return this.quotas.concludeQuotas(holdId, counters, outcome, attempt); }
+  holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean> { return this.quotas.holdQuotas(holdId, counters, deadline); }
+  releaseStaleQuotas(now: number, limit: number): Promise<number> { return this.quotas.releaseStaleQuotas(now, limit); }
+  quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]> { return this.quotas.quotaUsage(counters); }
 
   async close(): Promise<void> {}
 

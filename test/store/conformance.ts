@@ -9,6 +9,7 @@ import type { Test } from 'tap';
 import { HANDLE_TTL_FLOOR_MS, RETENTION_MS } from '../../src/store/policy.js';
 import type { BeginChargeResult, ChargeRecord, OpenChargeRequest, PricedRequestRecord, PaymentNonceClaim, SpendDecision, SpendRequest, Store } from '../../src/store/store.js';
 import { ledgerBehaviours } from './ledger-conformance.js';
+import { quotaBehaviours } from './quota-conformance.js';
 
 /** Returns a new, empty store on the given clock (Redis: a flushed database or a fresh key prefix): the global views (dueCharges, listCharges, countPendingCharges) must see only this test's data. */
 export type MakeStore = (opts: { now: () => number }) => Promise<Store>;
@@ -1162,6 +1163,9 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
 
   // ── ledger (SPEC §17): ledger-conformance.ts ──────────────────────────────────────────────────────
   ledgerBehaviours(behaviour);
+
+  // ── budgets and allowances (SPEC §23): quota-conformance.ts ───────────────────────────────────────
+  quotaBehaviours(behaviour);
 
   // ── sessions bound to principals (SPEC §20) ────────────────────────────────────────────────────
 
