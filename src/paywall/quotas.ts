@@ -193,17 +193,31 @@ function exceeded(name: string, resetsAt: number, now: number): BudgetExceeded {
   return { kind: 'budget_exceeded', budget: name.slice(BUDGET.length), resetsAt, retryAfterSeconds: Math.max(1, Math.ceil((resetsAt - now) / 1000)) };
 }
 
-/** A budget or allowance's counters for one subject in the current window (the admin CLI's `budget show`). */
-export function countersFor(rules: QuotaRules, subjects: string[], now: number): { kind: 'budget' | 'allowance'; rule: BudgetConfig | AllowanceConfig; counter: QuotaCounter }[] {
-  const out: { kind: 'budget' | 'allowance'; rule: BudgetConfig | AllowanceConfig; counter: QuotaCounter }[] = [];
-  for (const subject of subjects) {
-    const kind = subject.slice(0, 2);
-    for (const budget of rules.budgets) {
-      if ((budget.per === 'principal' && kind === 'p:') || (budget.per === 'handle' && kind === 'h:')) out.push({ kind: 'budget', rule: budget, counter: counter(BUDGET + budget.name, subject, budget.window, now) });
-    }
-    for (const allowance of rules.allowances) {
-      if ((allowance.per === 'principal' && kind === 'p:') || (allowance.per === 'client' && kind === 'c:')) out.push({ kind: 'allowance', rule: allowance, counter: counter(ALLOWANCE + allowance.name, subject, allowance.window, now) });
-    }
+/** One budget or allowance counting a principal's or a handle's calls, and its counter in the current window. */
+export interface QuotaOfSubject {
+  kind: 'budget' | 'allowance';
+  name: string;
+  windowMs: number;
+  /** Caps: maxCalls / maxCredits for a budget, freeCalls (as maxCalls) for an allowance; null: none. */
+  maxCalls: number | null;
+  maxCredits: number | null;
+  counter: QuotaCounter;
+}
+
+/**
+ * The budgets and allowances counting a principal's calls (per principal, and per client: a principal is
+ * its own client) or a handle's (per handle), with their counters in the window holding `now` (`budget show`).
+ */
+export function quotasOf(rules: QuotaRules, who: { principal: string } | { handleHash: string }, now: number): QuotaOfSubject[] {
+  const caller: QuotaCaller = 'principal' in who ? { principal: who.principal, handleHash: null, clientKey: `p:${who.principal}` } : { principal: null, handleHash: who.handleHash, clientKey: null };
+  const out: QuotaOfSubject[] = [];
+  for (const budget of rules.budgets) {
+    const subject = quotaSubject(budget.per, caller);
+    if (subject !== null) out.push({ kind: 'budget', name: budget.name, windowMs: budget.window, maxCalls: budget.maxCalls ?? null, maxCredits: budget.maxCredits ?? null, counter: counter(BUDGET + budget.name, subject, budget.window, now) });
+  }
+  for (const allowance of rules.allowances) {
+    const subject = quotaSubject(allowance.per, caller);
+    if (subject !== null) out.push({ kind: 'allowance', name: allowance.name, windowMs: allowance.window, maxCalls: allowance.freeCalls, maxCredits: null, counter: counter(ALLOWANCE + allowance.name, subject, allowance.window, now) });
   }
   return out;
 }
