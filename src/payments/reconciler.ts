@@ -37,10 +37,10 @@ export interface TickReport {
   /** Charges marked expired: never readable by the end of their retention window. */
   expired: number;
   released: number;
+  /** Budget and allowance hold parts given back (SPEC §23): a call that never finished keeps no budget. */
+  quotaHoldsReleased: number;
   /** Handles ended by the expiry step (their remaining credits written off in the ledger). */
   handlesEnded: number;
-  /** Budget / allowance holds of calls that never finished, given back (SPEC §23). */
-  quotaHoldsReleased: number;
 }
 
 export class Reconciler {
@@ -86,7 +86,7 @@ export class Reconciler {
   async #tick(): Promise<TickReport> {
     const { store, settler, metrics, logger } = this.#deps;
     const now = this.#clock.now();
-    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0, handlesEnded: 0, quotaHoldsReleased: 0 };
+    const report: TickReport = { leader: false, polled: 0, granted: 0, abandoned: 0, expired: 0, released: 0, quotaHoldsReleased: 0, handlesEnded: 0 };
     try {
       if (!(await store.acquireLease('reconciler', this.#owner, this.#tickMs * 3))) return report;
       report.leader = true;

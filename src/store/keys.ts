@@ -156,6 +156,37 @@ export class KeySpace {
     return `${this.prefix}{so:${sessionHash}}`;
   }
 
+  // ── budgets and allowances (SPEC §23): keys of one subject share the tag {q:<subject>} ──
+
+  /** Hash: one counter of one subject (`n` calls, `c` credits used in the window); `field` is quota-policy.ts's counterField. */
+  quotaCounter(subject: string, field: string): string {
+    return `${this.prefix}{q:${subject}}:c:${field}`;
+  }
+
+  /** Hash: the part of one hold on one subject (`d` deadline, counter field → "calls credits" drawn). */
+  quotaHold(subject: string, holdId: string): string {
+    return `${this.prefix}{q:${subject}}:hold:${holdId}`;
+  }
+
+  /** String: the reply of one quota operation on one subject (lua/operations.ts), for a re-run of the same attempt. */
+  quotaOperation(subject: string, kind: string, holdId: string): string {
+    return `${this.prefix}{q:${subject}}:op:${kind}:${holdId}`;
+  }
+
+  /**
+   * Zset of hold parts (member quotaHoldMember, score = deadline) for the stale sweep. Standalone and
+   * Sentinel: one global zset. Cluster: the shard of the subject's slot, beside that slot's
+   * reservation shard, so the reserve script writes the hold and its index entry together.
+   */
+  quotaHoldIndexOf(subject: string, clustered: boolean): string {
+    return clustered ? this.quotaHoldShard(keySlot(`{q:${subject}}`)) : `${this.prefix}{quota-holds}`;
+  }
+
+  /** Cluster: the stale-hold index shard of one slot. */
+  quotaHoldShard(slot: number): string {
+    return `${this.reservationShard(slot)}:qh`;
+  }
+
   // ── x402 (SPEC §19): keys of one payer share the tag {x402:<payer address>} ──
 
   /** String: the claim record (JSON) of one EIP-3009 authorization nonce. */
@@ -177,6 +208,14 @@ export function tagValue(key: string, tag: string): string | null {
 }
 
 const escapeGlob = (text: string): string => text.replace(/[*?[\]\\]/g, '\\$&');
+
+/** Stale-hold index members: "<holdId>\n<subject>" (hold ids are base64url; split at the first newline, so a subject may hold any character). */
+export const quotaHoldMember = (holdId: string, subject: string): string => `${holdId}\n${subject}`;
+
+export function parseQuotaHoldMember(member: string): { holdId: string; subject: string } | null {
+  const at = member.indexOf('\n');
+  return at <= 0 ? null : { holdId: member.slice(0, at), subject: member.slice(at + 1) };
+}
 
 /** Index members name a record inside a handle's slot: "handleHash:id" (hashes are hex, ids base64url). */
 export const indexMember = (handleHash: string, id: string): string => `${handleHash}:${id}`;

@@ -23,17 +23,6 @@ export const windowEnd = (counter: QuotaCounter): number => counter.windowStart 
  */
 export const counterField = (counter: Pick<QuotaCounter, 'name' | 'windowMs' | 'windowStart'>): string => `${counter.name}|${counter.windowMs}|${counter.windowStart}`;
 
-/** The counter a field names (names may hold "|": the two numbers are read from the right). */
-export function parseCounterField(field: string, subject: string): QuotaCounter | null {
-  const second = field.lastIndexOf('|');
-  const first = field.lastIndexOf('|', second - 1);
-  if (first <= 0) return null;
-  const windowMs = Number(field.slice(first + 1, second));
-  const windowStart = Number(field.slice(second + 1));
-  if (!Number.isSafeInteger(windowMs) || !Number.isSafeInteger(windowStart)) return null;
-  return { name: field.slice(0, first), subject, windowMs, windowStart };
-}
-
 /** Draws are whole, non-negative counts: anything else is a bug in the caller, refused before anything moves. */
 export function checkDraw(draw: QuotaDraw): void {
   for (const n of [draw.calls, draw.credits, draw.windowMs, draw.windowStart]) {

@@ -30,6 +30,7 @@ import {
   newPaymentNonceRecord,
 } from './policy.js';
 import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
+import { RedisQuotas } from './redis/quotas.js';
 import type { Attempt, OrphanPayment, BeginChargeResult, ChargeRecord, ChargeStatus, ClaimResult, DevLink, HandleState, LedgerAccount, LedgerCheckpoint, LedgerEntry, LedgerHolding, LedgerRange,
   NewHandle, OpenChargeRequest, PricedRequestKey, PricedRequestRecord, TaskKey, TaskRecord, PaymentNonceClaim, PaymentNonceKey, PaymentNonceOutcome, PaymentNonceRecord, SettlementClaim, X402SettlementRecord,
   SpendDecision, SpendRequest, Store } from './store.js';
@@ -104,6 +105,8 @@ export class RedisStore implements Store {
   private expiryWalkCursor = 0;
   /** Writes WAIT did not see on enough replicas, by kind (tollbooth_store_unreplicated_writes_total). */
   private readonly unreplicated = new Map<ReplicatedWrite, number>();
+  /** Budget and allowance counters (SPEC §23). */
+  private readonly quotas: RedisQuotas;
 
   private constructor(
     private readonly client: RedisClient,
@@ -117,6 +120,7 @@ export class RedisStore implements Store {
     private readonly durability: Durability | null,
   ) {
     for (const [name, lua] of Object.entries(SCRIPTS)) client.defineCommand(name, { lua });
+    this.quotas = new RedisQuotas({ client, keys, clustered, now, once: (...a) => this.once(...a), run: (...a) => this.run(...a), call: (op, work, budgetMs) => this.call(op, work, budgetMs) });
   }
 
   /** Connects (standalone/Sentinel via `url`, Cluster via `cluster`) or fails clearly: there is no fallback store. */
@@ -493,26 +497,12 @@ export class RedisStore implements Store {
     await this.call('ping', () => this.client.ping());
   }
 
-  // Budgets and allowances (SPEC §23): stubs until store/redis/quotas.ts lands.
-  async reserveQuotas(_request: QuotaRequest): Promise<QuotaDecision> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
-
-  async concludeQuotas(_holdId: string, _counters: QuotaCounter[], _outcome: 'commit' | 'release', _attempt?: Attempt): Promise<void> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
-
-  async holdQuotas(_holdId: string, _counters: QuotaCounter[], _deadline: number): Promise<boolean> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
-
-  async releaseStaleQuotas(_now: number, _limit: number): Promise<number> {
-    return 0;
-  }
-
-  async quotaUsage(_counters: QuotaCounter[]): Promise<QuotaUsage[]> {
-    throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', 'quotas are not implemented yet');
-  }
+  // Budgets and allowances (SPEC §23): redis/quotas.ts.
+  reserveQuotas(request: QuotaRequest): Promise<QuotaDecision> { return this.quotas.reserveQuotas(request); }
+  concludeQuotas(holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', attempt?: Attempt): Promise<void> { return this.quotas.concludeQuotas(holdId, counters, outcome, attempt); }
+  holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean> { return this.quotas.holdQuotas(holdId, counters, deadline); }
+  releaseStaleQuotas(now: number, limit: number): Promise<number> { return this.quotas.releaseStaleQuotas(now, limit); }
+  quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]> { return this.quotas.quotaUsage(counters); }
 
   async close(): Promise<void> {
     try {

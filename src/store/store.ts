@@ -280,7 +280,9 @@ export interface Store {
    * (holdId, attempt) like the other money writes: a re-run after a lost reply answers as the first run.
    * In Cluster the counters may live in several slots: they are drawn in subject order and the ones
    * already drawn are given back when a later one refuses; a crash in between leaves holds the stale
-   * sweep (releaseStaleQuotas) gives back after `deadline`.
+   * sweep (releaseStaleQuotas) gives back after `deadline`. A store error (TB_ERR_STORE_UNAVAILABLE) may
+   * come after some subjects were drawn: the caller refuses the call and may concludeQuotas 'release'
+   * (harmless when nothing was drawn); otherwise the sweep gives them back.
    */
   reserveQuotas(request: QuotaRequest): Promise<QuotaDecision>;
   /**
@@ -290,7 +292,7 @@ export interface Store {
   concludeQuotas(holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', attempt?: Attempt): Promise<void>;
   /** Moves a hold's deadline (a priced call answered with a task holds its draws to the task's end); false if the hold is gone. */
   holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean>;
-  /** Gives back holds whose deadline passed (a gateway died mid-call); returns how many holds. */
+  /** Gives back holds whose deadline passed (a gateway died mid-call); returns how many hold parts (one per subject a hold drew on). */
   releaseStaleQuotas(now: number, limit: number): Promise<number>;
   /** What each counter has used in its window (committed and held). A counter never drawn on reads 0/0. */
   quotaUsage(counters: QuotaCounter[]): Promise<QuotaUsage[]>;

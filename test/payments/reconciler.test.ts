@@ -10,7 +10,7 @@ import { Reconciler, type TickReport } from '../../src/payments/reconciler.js';
 import { FINAL_LOOK_MS, Settler } from '../../src/payments/settle.js';
 import { mintNonce } from '../../src/paywall/handles.js';
 import { MemoryStore } from '../../src/store/memory.js';
-import type { ChargeRecord } from '../../src/store/store.js';
+import { quotaWindowStart, type ChargeRecord } from '../../src/store/store.js';
 import { startMooveFake, type MooveFake } from '../helpers/moove-fake.js';
 import { wallClock } from '../helpers/clock.js';
 
@@ -305,6 +305,21 @@ t.test('reservations: one whose call never concluded is released after callDeadl
   t.equal((await h.store.getHandle(charge.handleHash))?.balances.research, 2, 'its credit is back');
   t.ok(h.logs().some((line) => line.evt === 'reservations_released' && line.count === 1), 'an operator line with the count');
   t.equal(await h.store.commit(charge.handleHash, 'live-call'), 2, 'the live call still commits');
+});
+
+t.test('stale: budget and allowance draws of a call that never finished are given back after its deadline', async (t) => {
+  const h = await harness(t);
+  const start = h.now();
+  const day = 24 * 60 * MINUTE;
+  const budget = { name: 'budget:daily', subject: 'p:alice', windowMs: day, windowStart: quotaWindowStart(start, day), calls: 1, credits: 1, maxCalls: 1, maxCredits: null };
+  const allowance = { ...budget, name: 'allowance:trial', subject: 'c:203.0.113.7' };
+  t.same(await h.store.reserveQuotas({ holdId: 'crashed-call', draws: [budget, allowance], deadline: start + 25 * SECOND }), { kind: 'held' });
+  h.setTime(start + 25 * SECOND);
+  t.equal((await h.reconciler.tick()).quotaHoldsReleased, 0, 'not at the deadline itself');
+  h.travel(1);
+  t.equal((await h.reconciler.tick()).quotaHoldsReleased, 2, 'just after it: one per subject drawn on');
+  t.same((await h.store.quotaUsage([budget, allowance])).map((u) => u.calls), [0, 0], 'the draws are back');
+  t.ok(h.logs().some((line) => line.evt === 'quota_holds_released' && line.count === 2), 'an operator line with the count');
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -57,6 +57,19 @@ async function exerciseEveryOperation(store: RedisStore, clock: { offset: number
   await store.listCharges();
   await store.countPendingCharges();
 
+  // budgets and allowances (SPEC §23): counters and hold parts under the subject's tag, one hold left open
+  const day = 86_400_000;
+  const counter = { name: 'budget:daily', subject: 'p:alice', windowMs: day, windowStart: now - (now % day) };
+  const draw = { ...counter, calls: 1, credits: 2, maxCalls: 10, maxCredits: null };
+  const allowance = { ...draw, name: 'allowance:trial', subject: 'c:203.0.113.7', credits: 0, maxCalls: 5 };
+  await store.reserveQuotas({ holdId: 'q-commit', draws: [draw, allowance], deadline: now + 60_000, attempt: 'qa1' });
+  await store.concludeQuotas('q-commit', [draw, allowance], 'commit', 'qa2');
+  await store.reserveQuotas({ holdId: 'q-stale', draws: [draw], deadline: now + 1 });
+  await store.reserveQuotas({ holdId: 'q-open', draws: [draw], deadline: now + 60_000 });
+  await store.holdQuotas('q-open', [draw], now + 120_000);
+  for (let pass = 0; pass < 17; pass++) await store.releaseStaleQuotas(now + 10, 10);
+  await store.quotaUsage([counter]);
+
   await store.takeChallengeToken('203.0.113.7', { ratePerSecond: 0.2, burst: 5 });
   await store.acquireLease('reconciler', 'gw-1', 60_000);
   await store.claimEvent('moove', 'evt_{1}', 60_000);
@@ -134,7 +147,15 @@ async function checkKeys(t: Test, storeConfig: RedisStoreConfig, ports: number[]
   const handleKey = /^tbkeys:\{h:[^}]+\}(:res|:charges|:ledger|:op:[a-z]:[^:]+)?$/;
   // x402 (SPEC §19): an authorization claim and the payer's ledger, under the payer's tag.
   const payerKey = /^tbkeys:\{x402:0x[0-9a-f]{40}\}(:nonce:[^:]+:[^:]+:0x[0-9a-f]{64}|:nonce:eip155:[0-9]+:0x[0-9a-f]{40}:0x[0-9a-f]{64}(:op:(claim|finish))?|:ledger)$/;
-  for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key) || payerKey.test(key), `${key} is a handle key, a payer key or a known global key`);
+  // Budgets and allowances (SPEC §23): counters, hold parts and operation records under the subject's tag; the stale-hold index.
+  const quotaKey = /^tbkeys:\{q:(p:alice|c:203\.0\.113\.7)\}(:c:[a-z]+:[a-z]+\|[0-9]+\|[0-9]+|:hold:q-open|:op:q[rc]:q-[a-z]+)$|^tbkeys:\{quota-holds\}$|^tbkeys:\{rs:[0-9a-z]+\}:qh$/;
+  for (const { key } of keys) t.ok(handleKey.test(key) || globalKinds.test(key) || payerKey.test(key) || quotaKey.test(key), `${key} is a handle key, a payer key, a quota key or a known global key`);
+  const space0 = new KeySpace(PREFIX);
+  t.same(
+    keys.filter(({ key }) => key.includes(':hold:') || key.endsWith('{quota-holds}') || key.endsWith(':qh')).map(({ key }) => key).sort(),
+    [space0.quotaHold('p:alice', 'q-open'), space0.quotaHoldIndexOf('p:alice', clustered)].sort(),
+    'only the open hold part is left, and it is indexed',
+  );
   t.ok(keys.some(({ key }) => key === `${PREFIX}{x402:${'0x857b06519e91e3a54538791bdbb0e22373e36b66'}}:ledger`), 'the payer ledger is under the payer tag');
   t.notOk(keys.some(({ key }) => key.includes('tb_s_')), 'no key is named by a fingerprint');
   // The reservation index: one zset standalone; in Cluster one shard per slot, in the handle's slot.

@@ -13,6 +13,7 @@ import { BIND_SESSION, SESSION_PRINCIPAL } from './sessions.js';
 import { once } from './operations.js';
 import { CLAIM_PAYMENT_NONCE, FINISH_PAYMENT_NONCE } from './x402.js';
 import { HOLD_TASK_RESERVATION } from './tasks.js';
+import { QUOTA_SCRIPTS } from '../redis/quotas.lua.js';
 
 const BODIES = {
   tbCreateHandle: CREATE_HANDLE,
@@ -49,6 +50,8 @@ const BODIES = {
   tbSessionPrincipal: SESSION_PRINCIPAL,
   // tasks holding a reservation (SPEC §24)
   tbHoldTaskReservation: HOLD_TASK_RESERVATION,
+  // budgets and allowances (SPEC §23; redis/quotas.lua.ts)
+  ...QUOTA_SCRIPTS,
 } as const;
 
 export type ScriptName = keyof typeof BODIES;
@@ -62,6 +65,7 @@ export type ScriptName = keyof typeof BODIES;
  */
 export const ONCE_SCRIPTS = new Set<ScriptName>([
   'tbReserve', 'tbCommit', 'tbRelease', 'tbGrantCredits', 'tbBeginCharge', 'tbAttachLink', 'tbClaimSettlement', 'tbClaimPaymentNonce', 'tbFinishPaymentNonce',
+  'tbReserveQuotas', 'tbConcludeQuotas',
 ]);
 
 /** Script name → full Lua source (shared helpers first). */
