@@ -430,15 +430,20 @@ export class Paywall {
     return { kind: 'allowance', hold, forwardParams: this.#forwardParams(priced), facts };
   }
 
-  /** Commits or releases a call's draws as its credit went; 'unknown' (the store failed) leaves them to the stale sweep. */
+  /**
+   * Commits or releases a call's draws as its credit went. 'unknown' (the store failed around the commit,
+   * so the credit may be spent) counts them: a cap must never be exceeded, so a budget fails closed like
+   * money (at worst one call that never ran is counted). Seen in test/e2e/budgets-replicas: leaving them
+   * to the sweep let a saturated store's committed-but-unanswered calls go uncounted, 52 spent of 50.
+   */
   async #concludeQuotas(hold: QuotaHold, state: Settled['state'] | 'held', reqId?: string): Promise<boolean> {
-    if (state === 'unknown' || state === 'held' || !this.#deps.quotas) return false;
+    if (state === 'held' || !this.#deps.quotas) return false;
     try {
-      await this.#deps.quotas.conclude(hold, state === 'committed');
+      await this.#deps.quotas.conclude(hold, state !== 'released');
       return true;
     } catch (error) {
       // The stale sweep gives the draws back after their deadline: a budget may then count this call late, never twice.
-      this.#countStoreFailure(reqId, error, state === 'committed' ? 'commitQuotas' : 'releaseQuotas');
+      this.#countStoreFailure(reqId, error, state === 'released' ? 'releaseQuotas' : 'commitQuotas');
       return false;
     }
   }

@@ -4,7 +4,7 @@
 // Counters are keyed by name + subject + window, never by the config generation: a hot reload that
 // changes a cap applies it to new calls while the counts go on (§18).
 import type { AllowanceConfig, BudgetConfig } from '../config/schema.js';
-import type { QuotaCounter, QuotaDraw, QuotaUsage, Store } from '../store/store.js';
+import type { QuotaCounter, QuotaDecision, QuotaDraw, QuotaUsage, Store } from '../store/store.js';
 import { quotaWindowStart } from '../store/store.js';
 import { challengeThrottleKey } from './client-key.js';
 
@@ -119,7 +119,7 @@ export class Quotas {
     const now = this.#deps.now();
     const draws = this.budgetDraws(call, caller, call.cost, now);
     if (draws.length === 0) return null;
-    const decision = await this.#deps.store.reserveQuotas({ holdId, draws, deadline });
+    const decision = await this.#reserve(holdId, draws, deadline);
     if (decision.kind === 'exceeded') return exceeded(decision.name, decision.resetsAt, now);
     return { holdId, counters: draws.map(counterOf) };
   }
@@ -135,9 +135,22 @@ export class Quotas {
     if (!free) return null;
     // No handle on a free call: a per-handle budget cannot tell whose it is, so only principal budgets count it.
     const draws = [free.draw, ...this.budgetDraws(call, { ...caller, handleHash: null }, 0, now)];
-    const decision = await this.#deps.store.reserveQuotas({ holdId, draws, deadline });
+    const decision = await this.#reserve(holdId, draws, deadline);
     if (decision.kind === 'exceeded') return decision.name.startsWith(BUDGET) ? exceeded(decision.name, decision.resetsAt, now) : null;
     return { holdId, counters: draws.map(counterOf), allowance: free.allowance.name, freeCalls: free.allowance.freeCalls, counter: counterOf(free.draw) };
+  }
+
+  /**
+   * One store request for all the draws. A store error may come after some subjects were drawn (Cluster):
+   * they are given back at once where the store still answers, else by the stale sweep after `deadline`.
+   */
+  async #reserve(holdId: string, draws: QuotaDraw[], deadline: number): Promise<QuotaDecision> {
+    try {
+      return await this.#deps.store.reserveQuotas({ holdId, draws, deadline });
+    } catch (error) {
+      await this.#deps.store.concludeQuotas(holdId, draws.map(counterOf), 'release').catch(() => undefined);
+      throw error;
+    }
   }
 
   /** Commits (the call's credit was committed, or its free call was used) or releases a hold. */
