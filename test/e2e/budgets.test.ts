@@ -8,6 +8,9 @@ import { wallClock } from '../helpers/clock.js';
 import { fundedHandle, researchBalance, startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
 import { metricValue } from '../helpers/scripted-upstream.js';
+import { writeFileSync } from 'node:fs';
+import { waitFor } from '../helpers/clock.js';
+import { callTool, payDevCheckout, startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.js';
 import type { ConfigInput } from '../../src/config/schema.js';
 
 type Json = Record<string, any>;
@@ -194,4 +197,31 @@ t.test('without oauth, a tools/list naming a handle is that handle\'s own and th
   const forwarded = upstream.bodies.slice(before).join('\n');
   t.match(forwarded, /tools\/list/, 'the list went upstream');
   t.notOk(forwarded.includes(handle), 'without the handle');
+});
+
+/** Rewrites a gateway process's config file (port kept) and sends SIGHUP; resolves on the reload's success line. */
+async function reload(gateway: GatewayProcess, input: ConfigInput): Promise<void> {
+  writeFileSync(gateway.configPath, JSON.stringify({ ...input, server: { ...input.server, host: '127.0.0.1', port: gateway.port } }, null, 2));
+  const before = gateway.logs().filter((line) => line.evt === 'config_reload').length;
+  gateway.child.kill('SIGHUP');
+  await waitFor(() => gateway.logs().filter((line) => line.evt === 'config_reload').length > before, 'the reload line', { timeoutMs: 30_000 });
+  const line = gateway.logs().filter((entry) => entry.evt === 'config_reload').pop();
+  if (line?.result !== 'success') throw new Error(`the reload failed: ${JSON.stringify(line)}`);
+}
+
+t.test('a reload (SIGHUP) that changes a cap applies it to new calls while the count goes on', async (t) => {
+  const upstream = await startPaidUpstream('stateless-json');
+  t.teardown(() => upstream.close());
+  const input = (maxCalls: number) => testConfig(upstream.url, { budgets: [{ name: 'b', per: 'handle', window: '1d', maxCalls }] });
+  const gateway = await startGatewayProcess(t, input(3));
+  const challenge = await callTool(gateway.url, 'fetch_readable', { url: 'fund' });
+  if (challenge.kind !== 'challenged') throw new Error('expected a challenge');
+  await payDevCheckout(challenge.checkoutUrl, gateway.origin);
+  const paid = (url: string) => callTool(gateway.url, 'fetch_readable', { url, tollboothToken: challenge.handle });
+  t.match(await paid('1'), { kind: 'paid', remaining: 2 });
+  t.match(await paid('2'), { kind: 'paid', remaining: 1 });
+  await reload(gateway, input(2));
+  t.match(await paid('3'), { kind: 'refused', reason: 'budget_exceeded' }, 'the lower cap counts the two calls made before the reload');
+  await reload(gateway, input(4));
+  t.match(await paid('4'), { kind: 'paid', remaining: 0 }, 'a raised cap lets the next call through');
 });
