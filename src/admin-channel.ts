@@ -13,6 +13,7 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { once } from 'node:events';
 import { grantCredits, ledgerExport, ledgerVerify, listCharges, listOrphans, showHandle, type AdminContext } from './admin.js';
+import { showBudgets } from './admin-budgets.js';
 import type { GatewayConfig } from './config/schema.js';
 import { ERROR_CODES, GatewayError, isGatewayError, type ErrorCode } from './errors.js';
 import type { Logger } from './observability/logger.js';
@@ -44,6 +45,7 @@ const VERBS: Record<string, AdminVerb> = {
   'charges orphans': (context) => listOrphans(context),
   'ledger export': (context, { values }) => ledgerExport(context, { since: values.since, until: values.until, format: values.format }),
   'ledger verify': (context) => ledgerVerify(context),
+  'budget show': (context, { positionals }) => showBudgets(context, positionals[0] ?? ''),
 };
 
 export const ADMIN_VERBS: readonly string[] = Object.keys(VERBS);

@@ -167,7 +167,7 @@ export async function ledgerVerifyFile(out: (line: string) => void, path: string
 }
 
 /** A full handle is hashed; anything else is taken as a fingerprint (`tb_s_KLeV..EPcw`). */
-async function resolveHandles(context: AdminContext, reference: string): Promise<ResolvedHandle[]> {
+export async function resolveHandles(context: AdminContext, reference: string): Promise<ResolvedHandle[]> {
   const { store, config } = context;
   if (isWellFormedHandle(reference)) {
     const handleHash = hashHandle(reference, config.handles.hashSecret);
@@ -260,7 +260,7 @@ function formatRemaining(ms: number): string {
   return hours >= 24 ? `in ${Math.floor(hours / 24)}d ${hours % 24}h` : `in ${hours}h ${minutes}m`;
 }
 
-function formatTable(header: string[], rows: string[][]): string[] {
+export function formatTable(header: string[], rows: string[][]): string[] {
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)));
   const format = (cells: string[]): string => cells.map((cell, column) => cell.padEnd(widths[column] ?? 0)).join('  ').trimEnd();
   return [format(header), ...rows.map(format)];

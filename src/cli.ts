@@ -7,6 +7,7 @@ import pino from 'pino';
 import { stringify } from 'yaml';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
+import { showBudgets } from './admin-budgets.js';
 import { grantCredits, ledgerExport, ledgerVerify, ledgerVerifyFile, listCharges, listOrphans, showHandle, type AdminContext } from './admin.js';
 import { adminSocketPath, callAdminChannel, type AdminRequest } from './admin-channel.js';
 import { loadConfig } from './config/load.js';
@@ -27,6 +28,8 @@ commands:
   start [--port N] [--admin-socket PATH]   run the gateway (start --help)
   check                                    validate the config, print it (defaults applied, secrets masked)
   handle show <handle|fingerprint>         a handle's principal, balances, expiry and last ledger entries
+  budget show <principal|handle>           the budgets and free allowances counting a principal's (sub:… or
+                                           client:…) or a handle's calls, and their use in the current window
   credits grant <handle|fingerprint> --sku SKU --credits N --reason TEXT
                                            add credits by hand (logged as evt "admin_grant")
   charges list [--status pending|underpaid|settled|abandoned|expired]
@@ -106,6 +109,11 @@ const VERBS: Record<string, Verb> = {
     positionals: ['handle|fingerprint'],
     options: {},
     run: (configPath, [reference], values) => withAdmin(configPath, { verb: 'handle show', positionals: [reference as string], values }, (context) => showHandle(context, reference as string)),
+  },
+  'budget show': {
+    positionals: ['principal|handle'],
+    options: {},
+    run: (configPath, [reference], values) => withAdmin(configPath, { verb: 'budget show', positionals: [reference as string], values }, (context) => showBudgets(context, reference as string)),
   },
   'credits grant': {
     positionals: ['handle|fingerprint'],

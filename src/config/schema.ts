@@ -293,6 +293,53 @@ const SERVER_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,62}$/;
 /** Paths the gateway serves itself (SPEC §4): no MCP endpoint may take them. */
 const OPS_PREFIXES = ['/healthz', '/readyz', '/tollbooth/', '/.well-known/'];
 
+// ── budgets and allowances (SPEC §23): caps on spending and free calls before payment ───────────────
+// A name labels refusals, receipts and metrics, and keys the store's counters (with the subject and the
+// window): a hot reload that keeps a name keeps its counts, whatever else it changes.
+const QUOTA_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,62}$/;
+const QUOTA_NAME_EXPECTED = 'a name of letters, digits, "-" and "_" starting with a letter (it labels refusals and metrics)';
+const MIN_QUOTA_WINDOW_MS = 60_000;
+const MAX_QUOTA_WINDOW_MS = 31 * 86_400_000;
+const quotaWindow = duration.refine((ms) => ms >= MIN_QUOTA_WINDOW_MS && ms <= MAX_QUOTA_WINDOW_MS, 'a window from 1m to 31d (fixed windows aligned to the UTC epoch), e.g. "1h" or "1d"');
+/** Which priced calls a budget or an allowance counts: one of tools / sku / server, or every priced tool when none is given. */
+const quotaScope = {
+  tools: z.array(z.string().min(1, 'a tool name')).min(1, 'a non-empty list of priced tool names').optional(),
+  sku: z.string().min(1, 'the name of an SKU under skus').optional(),
+  server: z.string().min(1, 'an endpoint name ("default" or a servers key)').optional(),
+};
+function checkOneScope(entry: { tools?: unknown; sku?: unknown; server?: unknown }, ctx: z.RefinementCtx): void {
+  const given = (['tools', 'sku', 'server'] as const).filter((key) => entry[key] !== undefined);
+  if (given.length > 1) {
+    ctx.addIssue({ code: 'custom', path: [given[1] as string], message: 'at most one of tools, sku or server (omit all three to count every priced tool)', input: entry[given[1] as 'tools'], params: { found: `${given.join(' and ')} together` } });
+  }
+}
+
+const budgetSchema = z
+  .strictObject({
+    name: z.string(QUOTA_NAME_EXPECTED).regex(QUOTA_NAME, QUOTA_NAME_EXPECTED),
+    per: z.enum(['principal', 'handle'], 'principal (needs auth.mode oauth) or handle'),
+    ...quotaScope,
+    window: quotaWindow,
+    maxCalls: positiveInt.optional(),
+    maxCredits: positiveInt.optional(),
+  })
+  .superRefine((budget, ctx) => {
+    checkOneScope(budget, ctx);
+    if (budget.maxCalls === undefined && budget.maxCredits === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['maxCalls'], message: 'a cap: maxCalls or maxCredits (a positive integer), or both', input: budget.maxCalls, params: { found: 'neither maxCalls nor maxCredits' } });
+    }
+  });
+
+const allowanceSchema = z
+  .strictObject({
+    name: z.string(QUOTA_NAME_EXPECTED).regex(QUOTA_NAME, QUOTA_NAME_EXPECTED),
+    per: z.enum(['principal', 'client'], 'principal (needs auth.mode oauth) or client (the principal, else the IPv4 address or IPv6 /64)'),
+    ...quotaScope,
+    window: quotaWindow,
+    freeCalls: positiveInt,
+  })
+  .superRefine(checkOneScope);
+
 const rateSchema = z.strictObject({ ratePerSecond: z.number().positive(), burst: positiveInt });
 
 // ── tracing (SPEC §17): OpenTelemetry spans over OTLP/HTTP, off while otlpEndpoint is empty ─────────
@@ -336,6 +383,8 @@ export const configSchema = z
     skus: z.record(z.string(), skuSchema).default({}),
     tools: z.record(z.string(), toolPriceSchema).default({}),
     servers: z.record(z.string(), serverEntrySchema).default({}),
+    budgets: z.array(budgetSchema).default([]),
+    allowances: z.array(allowanceSchema).default([]),
     handles: z
       .strictObject({
         argumentName: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an identifier').default('tollboothToken'),
@@ -393,6 +442,7 @@ export const configSchema = z
     }
     checkX402Currencies(config, ctx);
     checkServers(config, ctx);
+    checkQuotas(config, ctx);
     if (config.auth.mode === 'oauth' && !config.server.publicUrl) {
       ctx.addIssue({ code: 'custom', path: ['server', 'publicUrl'], message: 'an absolute http(s) server.publicUrl because auth.mode is oauth', input: config.server.publicUrl });
     }
@@ -431,6 +481,51 @@ function checkServers(
   }
 }
 
+/** SPEC §23: names unique per kind; tools, SKUs and servers that exist; per: principal only where there are principals. */
+function checkQuotas(
+  config: {
+    auth: { mode: string };
+    skus: Record<string, unknown>;
+    tools: Record<string, { sku?: string | undefined }>;
+    servers: Record<string, { tools: Record<string, { sku?: string | undefined }> }>;
+    budgets: { name: string; per: string; tools?: string[] | undefined; sku?: string | undefined; server?: string | undefined }[];
+    allowances: { name: string; per: string; tools?: string[] | undefined; sku?: string | undefined; server?: string | undefined }[];
+  },
+  ctx: z.RefinementCtx,
+): void {
+  const priced = new Set<string>();
+  for (const tools of [config.tools, ...Object.values(config.servers).map((entry) => entry.tools)]) {
+    for (const [tool, price] of Object.entries(tools)) if (price.sku !== undefined) priced.add(tool);
+  }
+  const servers = ['default', ...Object.keys(config.servers)];
+  for (const kind of ['budgets', 'allowances'] as const) {
+    const seen = new Map<string, number>();
+    config[kind].forEach((entry, index) => {
+      const first = seen.get(entry.name);
+      if (first !== undefined) {
+        ctx.addIssue({ code: 'custom', path: [kind, index, 'name'], message: `a name no other entry of ${kind} uses (${kind}[${first}] is already ${JSON.stringify(entry.name)})`, input: entry.name });
+      } else {
+        seen.set(entry.name, index);
+      }
+      if (entry.per === 'principal' && config.auth.mode !== 'oauth') {
+        const other = kind === 'budgets' ? 'handle' : 'client';
+        ctx.addIssue({ code: 'custom', path: [kind, index, 'per'], message: `per: ${other}, because auth.mode is not oauth (principals come from OAuth tokens; set auth.mode: oauth to count per principal)`, input: entry.per });
+      }
+      (entry.tools ?? []).forEach((tool, at) => {
+        if (!priced.has(tool)) {
+          ctx.addIssue({ code: 'custom', path: [kind, index, 'tools', at], message: `the name of a priced tool (priced: ${[...priced].join(', ') || 'none'})`, input: tool });
+        }
+      });
+      if (entry.sku !== undefined && !Object.hasOwn(config.skus, entry.sku)) {
+        ctx.addIssue({ code: 'custom', path: [kind, index, 'sku'], message: `the name of an SKU under skus (known: ${Object.keys(config.skus).join(', ') || 'none'})`, input: entry.sku });
+      }
+      if (entry.server !== undefined && !servers.includes(entry.server)) {
+        ctx.addIssue({ code: 'custom', path: [kind, index, 'server'], message: `an endpoint name (known: ${servers.join(', ')})`, input: entry.server });
+      }
+    });
+  }
+}
+
 export type ConfigInput = z.input<typeof configSchema>;
 export type GatewayConfig = z.output<typeof configSchema>;
 export type SkuConfig = GatewayConfig['skus'][string];
@@ -439,3 +534,5 @@ export type X402Config = GatewayConfig['payments']['x402'];
 export type TracingConfig = GatewayConfig['tracing'];
 export type UpstreamConfig = GatewayConfig['upstream'];
 export type ServerEntryConfig = GatewayConfig['servers'][string];
+export type BudgetConfig = GatewayConfig['budgets'][number];
+export type AllowanceConfig = GatewayConfig['allowances'][number];

@@ -21,6 +21,8 @@ import type { DeadlineQueue } from '../proxy/deadlines.js';
 import type { PricedRequests } from '../proxy/priced-requests.js';
 import type { X402Rail } from '../payments/x402/rail.js';
 import { Paywall } from '../paywall/decide.js';
+import { Quotas } from '../paywall/quotas.js';
+import { CallerPriceList } from '../paywall/price-list.js';
 import { X402Calls } from '../paywall/x402-calls.js';
 import { ToolCatalog } from '../proxy/tool-catalog.js';
 import type { UpstreamTarget } from '../proxy/upstream-target.js';
@@ -48,6 +50,11 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
   const { now } = deps;
   // The endpoint's own tools and scopes in place of the top level's; everything else (SKUs, handles) shared.
   const pricing = pricingFromConfig({ ...config, tools: endpoint.tools });
+  const quotas = new Quotas({ budgets: config.budgets, allowances: config.allowances }, endpoint.name, { store: deps.store, now });
+  const pricedTools = Object.keys(endpoint.tools).flatMap((tool) => {
+    const price = pricing.priceOf(tool);
+    return price ? [[tool, price] as [string, typeof price]] : [];
+  });
   const paywall = new Paywall({
     settings: {
       argumentName: config.handles.argumentName,
@@ -69,6 +76,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     now,
     x402: deps.x402Rail ? x402Calls(config, endpoint, deps.x402Rail, deps) : null,
     server: endpoint.name,
+    quotas,
   });
 
   let resourceServer: ResourceServer | null = null;
@@ -99,6 +107,7 @@ export async function registerEndpoint(app: FastifyInstance, config: GatewayConf
     visibility: visibilityFromConfig({ tools: endpoint.tools, auth: { mode: config.auth.mode, toolScopes: endpoint.toolScopes, hideUnauthorisedTools: config.auth.hideUnauthorisedTools } }),
     anyPriced: Object.values(endpoint.tools).some((tool) => tool.sku !== undefined && !tool.hidden),
     paywall,
+    priceList: new CallerPriceList({ store: deps.store, quotas, hashSecret: config.handles.hashSecret, tools: pricedTools }),
     catalog,
     authenticator: resourceServer ? adaptAuthenticator(resourceServer) : null,
     sessions: resourceServer ? new SessionBindings({ store: deps.store, now }, { endpoint: endpoint.name }) : null,

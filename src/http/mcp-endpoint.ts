@@ -89,6 +89,7 @@ export async function registerMcpEndpoint(app: FastifyInstance, deps: McpEndpoin
     visibility: deps.visibility,
     anyPriced: deps.anyPriced,
     paywall: deps.paywall,
+    priceList: deps.priceList ?? null,
     catalog: deps.catalog,
     authenticator: deps.authenticator,
     registry,

@@ -12,7 +12,7 @@ import { rpcErrorBody, sendRpcError } from '../io/error-reply.js';
 import { classifyBody, type ClassifiedBody, type Era, type ToolCall } from '../mcp/classify.js';
 import { idOf, type JsonRpcId, type JsonRpcMessage, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { ToolCatalog } from '../proxy/tool-catalog.js';
-import type { TaskRecord } from '../store/store.js';
+import type { PaymentNonceKey, QuotaCounter, TaskRecord } from '../store/store.js';
 import { carriesTokenArgument, withoutTokenArgument } from '../mcp/token-argument.js';
 import { rewriteToolsListMessages, type PriceTag, type ToolPricing } from '../mcp/tools-list.js';
 import { unknownToolMessage, type ToolVisibility } from '../mcp/visibility.js';
@@ -30,6 +30,8 @@ import type { PricedRequests } from '../proxy/priced-requests.js';
 import { TaskExchange, taskRequestOf } from '../proxy/task-call.js';
 import { taskOwner } from '../paywall/tasks.js';
 import { parseJsonOrUndefined } from '../io/json.js';
+import { callerHandleOf, withoutCallerHandle } from '../mcp/caller-handle.js';
+import { CallerPriceList } from '../paywall/price-list.js';
 
 export interface Authenticator {
   authenticate(authorization: string | undefined, needs: { tools: string[] }): Promise<
@@ -48,6 +50,8 @@ export interface PolicyInputs {
   authenticator: Authenticator | null;
   /** Sessions bound to principals (auth.mode oauth), else null. SPEC §20. */
   sessions: SessionBindings | null;
+  /** SPEC §23: the caller's own prices in tools/list (absent: the list is everyone's). */
+  priceList?: CallerPriceList | null;
 }
 
 export interface McpPolicyDeps extends PolicyInputs {
@@ -95,7 +99,10 @@ export async function applyMcpPolicy(deps: McpPolicyDeps, request: FastifyReques
   // A tasks/* request about a task holding a paid call's credit: its answer is concluded (SPEC §24).
   if (deps.anyPriced && !classified.batch && (await forwardHeldTask(deps, call, request, reply, classified, principal, sessionId))) return;
   if (deps.anyPriced && classified.batch) await refuseHeldTasksInBatch(deps, classified, principal, sessionId);
-  if (priced.length === 0 && hidden.length === 0) return forwardFree(deps, call, request, classified, body, sessionId);
+  if (priced.length === 0 && hidden.length === 0) {
+    if (classified.listsTools) await ownPriceList(deps, call, request, classified, principal);
+    return forwardFree(deps, call, request, classified, body, sessionId);
+  }
   if (!classified.batch) return authorisePricedCall(deps, call, request, reply, classified.era, priced[0] as ToolCall, principal, sessionId);
   return authoriseBatch(deps, call, request, reply, classified, principal, sessionId);
 }
@@ -117,7 +124,25 @@ function forwardFree(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest
     call.sessionId = sessionId;
     call.ownIds = requestIds(classified.messages);
   }
-  request.body = forwardedBody(request, withoutPayments(withoutTokenArguments(deps, classified, body))); // no handle, no signed x402 payment reaches the upstream
+  // No handle (token argument, or the one a tools/list names for its own prices) and no signed x402 payment reaches the upstream.
+  request.body = forwardedBody(request, withoutCallerHandle(withoutPayments(withoutTokenArguments(deps, classified, body))));
+}
+
+/**
+ * SPEC §23: a tools/list from a known caller (a principal, or a handle named in params._meta) shows that
+ * caller's own prices, and its reply is private. A store that fails leaves the prices out, never the list.
+ */
+async function ownPriceList(deps: McpPolicyDeps, call: McpCall, request: FastifyRequest, classified: ClassifiedBody, principal: string | null): Promise<void> {
+  if (!deps.priceList) return;
+  const handle = classified.messages.map(callerHandleOf).find((named) => named !== null) ?? null;
+  const caller = { principal, clientKey: principal ? `p:${principal}` : `ip:${request.ip}`, handle };
+  if (!CallerPriceList.isKnown(caller)) return;
+  call.privateList = true;
+  try {
+    call.ownPrices = await deps.priceList.forCaller(caller);
+  } catch (error) {
+    deps.logger.warn({ evt: 'paywall_unavailable', reqId: request.id, op: 'ownPriceList', code: (error as { code?: string }).code }, "a caller's own prices could not be read: its tools/list goes without them");
+  }
 }
 
 /** SPEC §20: the body with the token argument removed from every call to a tool the gateway does not price. */
@@ -214,7 +239,7 @@ async function authoriseBatch(deps: McpPolicyDeps, call: McpCall, request: Fasti
       continue;
     }
     if (!toolCall || !deps.pricing.priceOf(toolCall.name)) {
-      forwarded.push(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message) as JsonRpcMessage);
+      forwarded.push(withoutCallerHandle(withoutPayments(toolCall ? withoutTokenArgument(toolCall, deps.pricing.argumentName) : message)) as JsonRpcMessage);
       continue;
     }
     const priced = pricedCall(deps, request, 'legacy', toolCall, principal, call.startedAt, true);
@@ -246,7 +271,7 @@ function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: strin
     .register(sessionId, id, {
       state: 'in_flight',
       // An x402-paid call holds no reservation: its record names the authorization instead (settled only by this exchange).
-      ...(authorisation.kind === 'reserved' ? { handleHash: authorisation.handleHash, reservationId: authorisation.reservationId } : { handleHash: '', reservationId: '', x402: authorisation.claim.key }),
+      ...heldReservation(authorisation),
       tool: toolCall.name,
       sku: priced.price.sku,
       cost: priced.price.cost,
@@ -265,6 +290,14 @@ function register(deps: McpPolicyDeps, request: FastifyRequest, sessionId: strin
     );
   const version = request.headers['mcp-protocol-version'];
   return { sessionId, protocolVersion: typeof version === 'string' ? version : undefined, key: deps.registry.key(sessionId, id), written };
+}
+
+/** What the registry needs to conclude the call elsewhere: its reservation (and budget draws), its free call (§23), or its x402 authorization. */
+function heldReservation(authorisation: HeldCall): { handleHash: string; reservationId: string; x402?: PaymentNonceKey; allowance?: string; quotas?: { holdId: string; counters: QuotaCounter[] } } {
+  const { kind } = authorisation;
+  if (kind === 'reserved') return { handleHash: authorisation.handleHash, reservationId: authorisation.reservationId, ...(authorisation.quotas ? { quotas: authorisation.quotas } : {}) };
+  if (kind === 'allowance') return { handleHash: '', reservationId: '', allowance: authorisation.hold.allowance, quotas: { holdId: authorisation.hold.holdId, counters: authorisation.hold.counters } };
+  return { handleHash: '', reservationId: '', x402: authorisation.claim.key };
 }
 
 function pricedCall(deps: McpPolicyDeps, request: FastifyRequest, era: Era, toolCall: ToolCall, principal: string | null, startedAt: number, inBatch = false): PricedCall {

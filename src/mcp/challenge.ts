@@ -19,7 +19,9 @@ export type RefusalReason =
   | 'payment_invalid'
   | 'payment_failed'
   // SPEC §24: the idempotency key was already used for another call (tool, arguments or payer).
-  | 'idempotency_conflict';
+  | 'idempotency_conflict'
+  // SPEC §23: the call would go over a budget (details: budget, resetsAt).
+  | 'budget_exceeded';
 
 export interface ChallengeInput {
   reason: ChallengeReason;
@@ -82,6 +84,7 @@ const REFUSAL_TEXT: Record<RefusalReason, (retryAfterSeconds?: number) => string
   payment_invalid: () => 'The x402 payment was not accepted, so the tool did not run and nothing was charged. Sign a new payment for the requirements in this result and retry.',
   payment_failed: () => 'The x402 payment could not be settled, so the result is withheld and the payment was not taken. Retry with a new payment.',
   idempotency_conflict: () => 'This idempotency key was already used for a different call (another tool or other arguments), so this call did not run and nothing was charged. Use a new key for a new call.',
+  budget_exceeded: (s) => `This call would go over a spending limit set by the operator; no credit was spent. The limit resets in ${s ?? 1} seconds: retry then, or tell the user.`,
 };
 
 /** `details` adds fields after `reason` in the machine-readable data (e.g. x402's `invalidReason`). */

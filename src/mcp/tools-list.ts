@@ -16,6 +16,9 @@ export interface ToolPricing {
   priceOf(tool: string): PriceTag | undefined;
 }
 
+/** SPEC §23: what a known caller's own list adds to each priced tool's price (tool name → fields), e.g. its balance. */
+export type OwnPrices = ReadonlyMap<string, Readonly<Record<string, number | boolean | null>>>;
+
 export interface PriceTag {
   sku: string;
   cost: number;
@@ -47,7 +50,7 @@ export function looksLikeToolsListResponse(message: unknown): message is { resul
  * Returns the rewritten result, or null when nothing in it changes (no priced tool, no stray token
  * argument, nothing the caller may not see). `view` null: the caller sees every tool.
  */
-export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: ToolPricing, view: ToolView | null = null): JsonObject | null {
+export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: ToolPricing, view: ToolView | null = null, own: OwnPrices | null = null): JsonObject | null {
   let changed = false;
   const tools: unknown[] = [];
   for (const tool of result.tools) {
@@ -61,7 +64,7 @@ export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: To
       continue;
     }
     const price = name !== undefined ? pricing.priceOf(name) : undefined;
-    const next = price ? priceTool(tool, price, pricing.argumentName) : withoutTokenArgument(tool, pricing.argumentName);
+    const next = price ? priceTool(tool, price, pricing.argumentName, own?.get(name as string)) : withoutTokenArgument(tool, pricing.argumentName);
     if (next !== tool) changed = true;
     tools.push(next);
   }
@@ -69,27 +72,27 @@ export function rewriteToolsListResult(result: { tools: unknown[] }, pricing: To
 }
 
 /** Rewrites the tools/list results inside one message or a batch; undefined when nothing changed. */
-export function rewriteToolsListMessages(parsed: unknown, pricing: ToolPricing, view: ToolView | null = null): unknown {
+export function rewriteToolsListMessages(parsed: unknown, pricing: ToolPricing, view: ToolView | null = null, own: OwnPrices | null = null): unknown {
   if (Array.isArray(parsed)) {
     let changed = false;
     const out = (parsed as unknown[]).map((message) => {
-      const one = rewriteOne(message, pricing, view);
+      const one = rewriteOne(message, pricing, view, own);
       if (one === undefined) return message;
       changed = true;
       return one;
     });
     return changed ? out : undefined;
   }
-  return rewriteOne(parsed, pricing, view);
+  return rewriteOne(parsed, pricing, view, own);
 }
 
-function rewriteOne(message: unknown, pricing: ToolPricing, view: ToolView | null): unknown {
+function rewriteOne(message: unknown, pricing: ToolPricing, view: ToolView | null, own: OwnPrices | null): unknown {
   if (!looksLikeToolsListResponse(message)) return undefined;
-  const result = rewriteToolsListResult(message.result, pricing, view);
+  const result = rewriteToolsListResult(message.result, pricing, view, own);
   return result === null ? undefined : { ...(message as object), result };
 }
 
-function priceTool(tool: JsonObject, price: PriceTag, argumentName: string): JsonObject {
+function priceTool(tool: JsonObject, price: PriceTag, argumentName: string, own: Readonly<Record<string, number | boolean | null>> | undefined): JsonObject {
   const schema = isObject(tool.inputSchema) ? schemaWithoutToken(tool.inputSchema, argumentName) : { type: 'object' };
   const properties = isObject(schema.properties) ? schema.properties : {};
   const meta = isObject(tool._meta) ? tool._meta : {};
@@ -109,7 +112,7 @@ function priceTool(tool: JsonObject, price: PriceTag, argumentName: string): Jso
         },
       },
     },
-    _meta: { ...meta, [PRICE_META_KEY]: { sku: price.sku, cost: price.cost, amount: price.amount, currency: price.currency, credits: price.credits, label: price.label } },
+    _meta: { ...meta, [PRICE_META_KEY]: { sku: price.sku, cost: price.cost, amount: price.amount, currency: price.currency, credits: price.credits, label: price.label, ...own } },
   };
 }
 

@@ -6,7 +6,11 @@ import { withBudget } from '../io/budget.js';
 // 0.25 ms … 30 s
 const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
-export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error' | 'input_required' | 'replayed' | 'refused_conflict';
+export type PaidOutcome = 'authorised' | 'challenged' | 'refused_rate_limited' | 'refused_bound' | 'refused_unavailable' | 'deadline_exceeded' | 'upstream_error' | 'input_required'
+  // SPEC §24: answered with a kept result; refused idempotency_conflict.
+  | 'replayed' | 'refused_conflict'
+  // SPEC §23: refused by a budget; served free under an allowance (concluded; its free call used or not by the charge policy).
+  | 'refused_budget' | 'allowance';
 export type CreditKind = 'granted' | 'spent' | 'refunded';
 export type SettlementResult = 'granted' | 'partial' | 'underpaid' | 'expired';
 /** x402 (SPEC §19), one count per paid retry at each step it reached; docs/payments.md explains each. */
@@ -64,6 +68,10 @@ export interface Metrics {
   storeUnreplicatedWrites: client.Counter<'op'>;
   /** SPEC §21: payments the provider reported for charges the store did not know, kept for the operator. */
   orphanPayments: client.Counter;
+  /** SPEC §23: priced calls refused because they would go over a budget, by budget name. */
+  budgetRefusals: client.Counter<'budget'>;
+  /** SPEC §23: free calls used under an allowance (committed by the charge policy), by allowance name. */
+  allowanceCalls: client.Counter<'allowance'>;
   /** SPEC §22: stdio children per endpoint by state (starting, active, idle, free), read at scrape time from `stdioChildrenSource`. */
   stdioChildren: client.Gauge<'server' | 'state'>;
   /** SPEC §24: retries answered with a kept result (no upstream call, no charge), by endpoint. */
@@ -166,6 +174,8 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
         }
       },
     }),
+    budgetRefusals: new client.Counter({ name: 'tollbooth_budget_refusals_total', help: 'Priced calls refused because they would go over a budget (budget_exceeded), by budget.', labelNames: ['budget'], registers }),
+    allowanceCalls: new client.Counter({ name: 'tollbooth_allowance_calls_total', help: 'Free calls used under an allowance (the upstream carried them out, by the tool\'s charge policy), by allowance.', labelNames: ['allowance'], registers }),
     stdioChildren: new client.Gauge({
       name: 'tollbooth_stdio_children',
       help: 'stdio children of each endpoint by state: starting (client not initialised yet), active, idle (may be stopped for a new client), free (slots left of maxChildren).',

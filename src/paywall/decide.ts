@@ -14,6 +14,7 @@ import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
 import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store, TaskKey, TaskRecord } from '../store/store.js';
 import { recordedConclusion, taskEnd, type TaskMethod } from './tasks.js';
+import { isBudgetExceeded, quotaCaller, type BudgetExceeded, type QuotaHold, type Quotas } from './quotas.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason } from '../mcp/challenge.js';
 import { resultKind } from '../mcp/result-kind.js';
 import { challengeThrottleKey } from './client-key.js';
@@ -50,7 +51,12 @@ export interface PaywallDeps {
   x402?: X402Calls | null;
   /** The endpoint this paywall guards (SPEC §18): `default`, or its `servers` key. Labels metrics and the call log line. */
   server?: string;
+  /** Budgets and free allowances covering this endpoint's tools (SPEC §23); absent or inactive: none. */
+  quotas?: Quotas | null;
 }
+
+/** A credit reservation's outcome with the budget draws held beside it (SPEC §23), or the budget it would go over. */
+type ReserveDecision = (SpendDecision & { quotas?: QuotaHold | null }) | BudgetExceeded;
 
 interface Settled {
   state: 'committed' | 'released' | 'unknown';
@@ -113,6 +119,9 @@ export class Paywall {
     // Otherwise a payment is ignored (stripped from what is forwarded) and the credit rail decides.
     if (this.#deps.x402?.takes(priced, token, payment)) return this.#deps.x402.authorise(priced, { ...facts, rail: 'x402' });
     try {
+      // §23: a call within a free allowance goes upstream without a token and costs nothing.
+      const free = await this.#takeAllowance(priced, facts);
+      if (free) return free;
       // Step 2: no token (or not a string) → a new handle and a challenge.
       if (typeof token !== 'string') return await this.#challengeNewHandle(priced, 'payment_required', facts);
       // Step 3: unknown handle. A malformed one is unknown without a store round trip.
@@ -120,6 +129,7 @@ export class Paywall {
       const handleHash = this.#hashHandle(token);
       const reservationId = mintNonce();
       let decision = await this.#reserve(priced, handleHash, reservationId);
+      if (decision.kind === 'budget_exceeded') return await this.#refuseBudget(priced, decision, facts);
       if (decision.kind === 'unknown_handle') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
       facts.tokenRecognised = true;
       // Step 4: bound to another principal: refuse, disclose nothing, mint nothing.
@@ -133,9 +143,9 @@ export class Paywall {
       // is the only poll that can see it. Each read is at most one per 2 s per charge.
       if (decision.kind === 'insufficient' && decision.pending?.status === 'pending') decision = await this.#settleThenReserve(priced, handleHash, reservationId, decision, decision.pending);
       if (decision.kind === 'insufficient' && decision.lastCharge?.status === 'abandoned') decision = await this.#settleThenReserve(priced, handleHash, reservationId, decision, decision.lastCharge);
+      if (decision.kind === 'budget_exceeded') return await this.#refuseBudget(priced, decision, facts);
       if (decision.kind === 'reserved') {
-        const { [this.#deps.settings.argumentName]: _token, ...args } = priced.call.args;
-        return { kind: 'reserved', handleHash, reservationId, forwardParams: stripPayment({ ...(priced.call.request.params as JsonObject), arguments: args }), facts };
+        return { kind: 'reserved', handleHash, reservationId, forwardParams: this.#forwardParams(priced), facts, quotas: decision.quotas ?? null };
       }
       // The second reserve takes no token, so only a handle that vanished in between lands here.
       if (decision.kind !== 'insufficient') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
@@ -168,10 +178,12 @@ export class Paywall {
     const succeeded = outcome.kind === 'answered' && !unfinished && isSuccess(outcome.message);
     const accepted = !unfinished && (outcome.kind === 'answered' || (outcome.kind !== 'http_refusal' && outcome.accepted));
     const keep = charge === 'attempt' ? accepted : succeeded;
-    // The same policy decides for an x402-paid call whether its payment is settled (§19).
+    // The same policy decides for an x402-paid call whether its payment is settled (§19), and whether a free call is used (§23).
     if (held.kind === 'x402') return this.#concludeX402(priced, held, outcome, keep, registration);
+    if (held.kind === 'allowance') return this.#concludeAllowance(priced, held, outcome, keep, succeeded, registration);
 
     const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: this.#recordedTool(priced.call.name), reqId: priced.reqId });
+    if (held.quotas) await this.#concludeQuotas(held.quotas, settled.state, priced.reqId);
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
     const logOutcome: PaidOutcome = unfinished ? 'input_required' : outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
     if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent, held.reservationId);
@@ -194,9 +206,15 @@ export class Paywall {
       deadline: this.#deps.now() + (this.#deps.settings.taskDeadlineMs ?? DEFAULT_TASK_DEADLINE_MS),
       fingerprint: held.facts.tokenFingerprint,
       startedAt: priced.startedAt,
+      ...(held.quotas ? { quotas: held.quotas } : {}),
     };
     try {
-      if (await this.#deps.store.holdTask({ scope: this.#server, taskId }, record)) return { state: 'held', message };
+      if (await this.#deps.store.holdTask({ scope: this.#server, taskId }, record)) {
+        // The budget draws are held to the task's end too (released by the stale sweep after it, like the credit).
+        if (held.quotas) await this.#deps.quotas?.extend(held.quotas, record.deadline + 5_000);
+        return { state: 'held', message };
+      }
+      if (held.quotas) await this.#concludeQuotas(held.quotas, 'released', priced.reqId);
       // The reservation was released before the task was recorded (the call deadline): the task is not paid for.
       this.#logCall(priced, 'deadline_exceeded', held.facts, 0);
       return { state: 'released', message: { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) } };
@@ -235,6 +253,8 @@ export class Paywall {
     const keep = !pastDeadline && (record.charge === 'attempt' ? end.kind !== 'cancelled' : delivers);
     // Concluded before (an earlier read, on any replica): that conclusion stands, nothing moves again.
     let settled: Settled = record.state ? { state: record.state, remaining: record.remaining ?? null, ours: false } : await this.#settleTask(key, record, keep);
+    // §23: the read that moved the credit (or could not tell: fail closed, counted) concludes the budget draws too.
+    if (record.quotas && !record.state && (settled.ours || settled.state === 'unknown')) await this.#concludeQuotas(record.quotas, settled.state);
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : delivers ? 'authorised' : 'upstream_error';
       this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true, ref: record.reservationId });
@@ -304,6 +324,8 @@ export class Paywall {
   async concludeResumed(key: PricedRequestKey, record: PricedRequestRecord, message: JsonRpcResponse): Promise<JsonRpcResponse | null> {
     // An x402-paid call is settled only by the exchange holding its payment: here it is delivered if settled, else dropped.
     if (record.x402) return resumedX402Result(this.#deps.store, record, message);
+    // A free call (§23) is concluded only by the exchange that holds it: delivered here once it was, else dropped.
+    if (record.allowance !== undefined) return record.state === 'committed' ? message : null;
     const { sku, cost } = record;
     const unfinished = resultKind(message).kind === 'input_required';
     const succeeded = !unfinished && isSuccess(message);
@@ -312,6 +334,7 @@ export class Paywall {
     const pastDeadline = this.#deps.now() > record.deadline;
     const keep = !pastDeadline && !unfinished && (record.charge === 'attempt' || succeeded);
     const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool });
+    if (record.quotas) await this.#concludeQuotas(record.quotas, settled.state);
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : unfinished ? 'input_required' : succeeded ? 'authorised' : 'upstream_error';
       this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true, ref: record.reservationId });
@@ -396,7 +419,7 @@ export class Paywall {
     reservationId: string,
     decision: Extract<SpendDecision, { kind: 'insufficient' }>,
     charge: ChargeRecord,
-  ): Promise<SpendDecision> {
+  ): Promise<ReserveDecision> {
     const withoutPending = (status: ChargeRecord['status']): Extract<SpendDecision, { kind: 'insufficient' }> => ({
       ...decision,
       pending: decision.pending?.nonce === charge.nonce ? null : decision.pending,
@@ -420,19 +443,99 @@ export class Paywall {
   }
 
   /** @param takeToken false for the second reserve of a call that just settled a charge (one call, one token) */
-  async #reserve(priced: PricedCall, handleHash: string, reservationId: string, takeToken = true): Promise<SpendDecision> {
+  async #reserve(priced: PricedCall, handleHash: string, reservationId: string, takeToken = true): Promise<ReserveDecision> {
     const { settings, store, now } = this.#deps;
-    return store.reserve({
-      handleHash,
-      principal: priced.principal,
-      sku: priced.price.sku,
-      cost: priced.price.cost,
-      reservationId,
-      reservationDeadline: now() + settings.callDeadlineMs + 5_000,
-      ttlMs: settings.handleTtlMs,
-      bucket: takeToken ? settings.perHandle : null,
-    });
+    const reservationDeadline = now() + settings.callDeadlineMs + 5_000;
+    // §23: the budgets first, so a call over a cap takes no rate token and moves no credit. They are given
+    // back unless the credit is reserved (a second reserve after a settlement holds them anew, under its own id).
+    const budgets = await this.#holdBudgets(priced, handleHash, takeToken ? reservationId : `${reservationId}:settled`, reservationDeadline);
+    if (isBudgetExceeded(budgets)) return budgets;
+    let decision: SpendDecision;
+    try {
+      decision = await store.reserve({
+        handleHash,
+        principal: priced.principal,
+        sku: priced.price.sku,
+        cost: priced.price.cost,
+        reservationId,
+        reservationDeadline,
+        ttlMs: settings.handleTtlMs,
+        bucket: takeToken ? settings.perHandle : null,
+      });
+    } catch (error) {
+      if (budgets) await this.#concludeQuotas(budgets, 'released', priced.reqId);
+      throw error;
+    }
+    if (decision.kind !== 'reserved' && budgets) await this.#concludeQuotas(budgets, 'released', priced.reqId);
+    return decision.kind === 'reserved' ? { ...decision, quotas: budgets } : decision;
   }
+
+  // ── budgets and allowances (SPEC §23; paywall/quotas.ts) ──────────────────────────────────────────
+
+  async #holdBudgets(priced: PricedCall, handleHash: string, holdId: string, deadline: number): Promise<QuotaHold | BudgetExceeded | null> {
+    const quotas = this.#deps.quotas;
+    if (!quotas?.active) return null;
+    return quotas.holdBudgets({ tool: priced.call.name, sku: priced.price.sku, cost: priced.price.cost }, quotaCaller(priced, handleHash), holdId, deadline);
+  }
+
+  /** A free call of the allowance covering this call (its token, if any, stripped and not charged), a budget refusal, or null: the usual path. */
+  async #takeAllowance(priced: PricedCall, facts: CallFacts): Promise<Authorisation | null> {
+    const quotas = this.#deps.quotas;
+    if (!quotas?.active) return null;
+    const deadline = this.#deps.now() + this.#deps.settings.callDeadlineMs + 5_000;
+    const hold = await quotas.holdAllowance({ tool: priced.call.name, sku: priced.price.sku, cost: priced.price.cost }, quotaCaller(priced, null), mintNonce(), deadline);
+    if (hold === null) return null;
+    if (isBudgetExceeded(hold)) return this.#refuseBudget(priced, hold, facts);
+    return { kind: 'allowance', hold, forwardParams: this.#forwardParams(priced), facts };
+  }
+
+  /**
+   * Commits or releases a call's draws as its credit went. 'unknown' (the store failed around the commit,
+   * so the credit may be spent) counts them: a cap must never be exceeded, so a budget fails closed like
+   * money (at worst one call that never ran is counted). Seen in test/e2e/budgets-replicas: leaving them
+   * to the sweep let a saturated store's committed-but-unanswered calls go uncounted, 52 spent of 50.
+   */
+  async #concludeQuotas(hold: QuotaHold, state: Settled['state'] | 'held', reqId?: string): Promise<boolean> {
+    if (state === 'held' || !this.#deps.quotas) return false;
+    try {
+      await this.#deps.quotas.conclude(hold, state !== 'released');
+      return true;
+    } catch (error) {
+      // The stale sweep gives the draws back after their deadline: a budget may then count this call late, never twice.
+      this.#countStoreFailure(reqId, error, state === 'released' ? 'releaseQuotas' : 'commitQuotas');
+      return false;
+    }
+  }
+
+  /** §23: a free call ends like a paid one (same charge policy), with a receipt naming its allowance instead of a balance. */
+  async #concludeAllowance(priced: PricedCall, held: Extract<HeldCall, { kind: 'allowance' }>, outcome: CallOutcome, keep: boolean, succeeded: boolean, registration: PricedRequestKey | null): Promise<Conclusion> {
+    const quotas = this.#deps.quotas as Quotas;
+    const concluded = await this.#concludeQuotas(held.hold, keep ? 'committed' : 'released', priced.reqId);
+    const state: Conclusion['state'] = concluded ? (keep ? 'committed' : 'released') : 'unknown';
+    if (registration && state !== 'unknown') this.#background('concludePricedRequest', this.#deps.store.concludePricedRequest(registration, state, null));
+    if (state === 'committed') this.#deps.metrics.allowanceCalls.inc({ allowance: held.hold.allowance });
+    const failed: PaidOutcome = outcome.kind === 'deadline' ? 'deadline_exceeded' : 'upstream_error';
+    this.#logCall(priced, state === 'committed' ? 'allowance' : failed, held.facts, 0);
+    if (state === 'committed' && succeeded && outcome.kind === 'answered') {
+      const remaining = await quotas.allowanceRemaining(held.hold).catch(() => null);
+      return { state, message: withReceipt(outcome.message, { sku: priced.price.sku, cost: 0, allowance: { name: held.hold.allowance, remaining } }) };
+    }
+    return { state, message: await this.#finalMessage(priced, outcome, succeeded, { state, remaining: null, ours: true }) };
+  }
+
+  async #refuseBudget(priced: PricedCall, exceeded: BudgetExceeded, facts: CallFacts): Promise<Authorisation> {
+    this.#deps.metrics.budgetRefusals.inc({ budget: exceeded.budget });
+    const details = { budget: exceeded.budget, resetsAt: new Date(exceeded.resetsAt).toISOString() };
+    return { kind: 'answer', result: refusalResult('budget_exceeded', await priced.resultShape(), { retryAfterSeconds: exceeded.retryAfterSeconds, details }), outcome: 'refused_budget', facts };
+  }
+
+  /** The call's params as forwarded (§5.4): the token argument and any x402 payment stripped, nothing else changed. */
+  #forwardParams(priced: PricedCall): JsonObject {
+    const { [this.#deps.settings.argumentName]: _token, ...args } = priced.call.args;
+    return stripPayment({ ...(priced.call.request.params as JsonObject), arguments: args });
+  }
+
+  // ── end of budgets and allowances ─────────────────────────────────────────────────────────────────
 
   /**
    * Step 2: the client's bucket (principal, IPv4 address or IPv6 /64), then the global cap on new
@@ -617,7 +720,7 @@ function isSuccess(message: JsonRpcResponse): boolean {
 }
 
 /** The result with `_meta["xyz.tollbooth/receipt"]` (§6.2 step 7); `remaining` is the balance after this call's commit. */
-function withReceipt(message: JsonRpcResponse, receipt: { sku: string; cost: number; remaining: number | null }): JsonRpcResponse {
+function withReceipt(message: JsonRpcResponse, receipt: { sku: string; cost: number; remaining?: number | null; allowance?: { name: string; remaining: number | null } }): JsonRpcResponse {
   const result = message.result as JsonObject;
   const meta = isObject(result._meta) ? result._meta : {};
   return { ...message, result: { ...result, _meta: { ...meta, [RECEIPT_META_KEY]: receipt } } };

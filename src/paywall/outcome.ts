@@ -7,6 +7,7 @@ import type { JsonObject, JsonRpcResponse } from '../mcp/jsonrpc.js';
 import type { PriceTag } from '../mcp/tools-list.js';
 import type { PaidOutcome } from '../observability/metrics.js';
 import type { X402Claim } from '../payments/x402/rail.js';
+import type { AllowanceHold, QuotaHold } from './quotas.js';
 
 /** One priced call as the paywall sees it. */
 export interface PricedCall {
@@ -41,7 +42,10 @@ export interface CallFacts {
 
 export type Authorisation =
   | { kind: 'answer'; result: JsonObject; outcome: PaidOutcome; facts: CallFacts }
-  | { kind: 'reserved'; handleHash: string; reservationId: string; forwardParams: JsonObject; facts: CallFacts }
+  /** `quotas`: the budget draws held beside the reservation (SPEC §23), concluded with it; absent when no budget counts the call. */
+  | { kind: 'reserved'; handleHash: string; reservationId: string; forwardParams: JsonObject; facts: CallFacts; quotas?: QuotaHold | null }
+  /** A free call of an allowance (SPEC §23): no handle, no credits; its draws are concluded by the charge policy. */
+  | { kind: 'allowance'; hold: AllowanceHold; forwardParams: JsonObject; facts: CallFacts }
   /** Paid by the x402 payment it carried (verified, its nonce claimed): no handle, no credits. */
   | { kind: 'x402'; claim: X402Claim; forwardParams: JsonObject; facts: CallFacts };
 

@@ -5,6 +5,7 @@
 // (dispatcher.ts) finds it on the header object reply-from hands over.
 import type { Era } from '../mcp/classify.js';
 import type { JsonRpcId } from '../mcp/jsonrpc.js';
+import type { OwnPrices } from '../mcp/tools-list.js';
 import type { ToolView } from '../mcp/visibility.js';
 import type { RequestTrace } from '../observability/tracing.js';
 
@@ -40,6 +41,10 @@ export class McpCall {
   rewriteJson = false;
   /** What this caller may see in a tools/list result (SPEC §18); null: every tool. Set when the caller is known. */
   toolView: ToolView | null = null;
+  /** SPEC §23: a tools/list from a known caller (principal or handle) is its own: private, never cached for another. */
+  privateList = false;
+  /** What the caller's own list adds to each priced tool's price; null: nothing (unknown caller, or the store failed). */
+  ownPrices: OwnPrices | null = null;
   /** The ids of the requests this POST carried (their own responses pass a filtered stream unlooked-up). */
   ownIds: readonly JsonRpcId[] = NO_IDS;
   /** Set when the call forwards priced requests: the proxy's hooks hand the reply to it. */

@@ -27,10 +27,11 @@ export interface FreeReplyDeps {
 
 export function relayFreeReply(deps: FreeReplyDeps, call: McpCall, reply: FastifyReply, head: UpstreamHead): void {
   deps.recorder.upstream(call, head.statusCode >= 500 ? 'http_5xx' : head.statusCode >= 400 ? 'http_4xx' : 'answered');
+  if (call.privateList) reply.header('cache-control', 'private, no-store'); // the caller's own prices (SPEC §23)
   sendScreenedBody(reply, head, {
     maxBytes: deps.maxResponseBytes,
     requestId: call.requestId,
-    rewriteJson: call.rewriteJson ? (parsed) => rewriteToolsListMessages(parsed, deps.pricing, call.toolView) : null,
+    rewriteJson: call.rewriteJson ? (parsed) => rewriteToolsListMessages(parsed, deps.pricing, call.toolView, call.ownPrices) : null,
     sseHook: streamHook(deps, call),
     // A body that breaks off mid-way cuts the client's reply (fastify destroys it); it is logged here.
     onFailure: (failure) => deps.recorder.failure(call, reply.request.id, failure, { observe: false }),
@@ -40,6 +41,7 @@ export function relayFreeReply(deps: FreeReplyDeps, call: McpCall, reply: Fastif
 function streamHook(deps: FreeReplyDeps, call: McpCall): SseHook {
   const pricing = deps.pricing;
   const view = call.toolView;
+  const own = call.ownPrices;
   const screen = deps.screen;
   const sessionId = screen ? call.sessionId : undefined;
   const ownIds = call.ownIds;
@@ -55,7 +57,7 @@ function streamHook(deps: FreeReplyDeps, call: McpCall): SseHook {
     const parsed = parseJsonOrUndefined(data);
     if (parsed === undefined) return namespaced ? DROP_DATA : undefined;
     if (namespaced) stripGatewayMeta(parsed);
-    const rewritten = rewriteToolsListMessages(parsed, pricing, view);
+    const rewritten = rewriteToolsListMessages(parsed, pricing, view, own);
     const value = rewritten ?? parsed;
     // A screened event goes re-serialised: the client parses what the gateway checked (duplicate keys).
     const changed = namespaced || rewritten !== undefined;

@@ -191,7 +191,7 @@ export class PricedExchange implements PricedForward {
     // on purpose (2025-11-25 polling) or moved it to a resumed GET: the call stays in flight. Not an
     // x402-paid call: only this exchange holds its payment, so no other stream could ever settle it.
     if (relay && sawEventId && this.#registration) {
-      if (this.#held.kind === 'x402') return this.#unmatched('the upstream ended the stream of an x402-paid call before its result; no other stream can settle it');
+      if (this.#held.kind !== 'reserved') return this.#unmatched(`the upstream ended the stream of ${this.#held.kind === 'x402' ? 'an x402-paid' : 'a free (allowance)'} call before its result; no other stream can conclude it`);
       return DETACHED;
     }
     this.#upstreamOutcome = 'bad_response';

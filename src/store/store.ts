@@ -376,6 +376,10 @@ export interface HeldReservation {
   sku: string;
   cost: number;
   charge: 'success' | 'attempt';
+  /** SPEC §23: the budget / allowance draws held with the call, concluded with it; absent when none count it. */
+  quotas?: { holdId: string; counters: QuotaCounter[] };
+  /** SPEC §23: a free call of this allowance (handleHash and reservationId are then empty; nothing to commit but the draws). */
+  allowance?: string;
 }
 
 export interface TaskRecord extends HeldReservation {

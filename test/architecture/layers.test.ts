@@ -44,6 +44,7 @@ export const LAYERS: Readonly<Record<string, number | 'island'>> = {
   gateway: 8,
   admin: 8,
   'admin-channel': 8, // src/admin-channel.ts: the admin verbs over a memory-store gateway's Unix socket
+  'admin-budgets': 8, // src/admin-budgets.ts: `budget show`, an admin verb (SPEC §23)
   // 9: running one: store, upstream, provider, listen, signals
   start: 9,
   // 10: the command line
