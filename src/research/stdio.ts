@@ -3,6 +3,7 @@
 
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { isEntrypoint } from './main-module.js';
+import { offlineOriginDeps } from './offline-origin.js';
 import { createResearchServer } from './server.js';
 import type { ResearchDeps } from './tools.js';
 
@@ -17,8 +18,15 @@ export async function startResearchStdio(deps: ResearchDeps = {}): Promise<void>
 }
 
 if (isEntrypoint(import.meta.url)) {
-  startResearchStdio().catch((err: unknown) => {
-    process.stderr.write(`research server (stdio) failed to start: ${(err as Error).message}\n`);
-    process.exit(1);
-  });
+  const offline = process.env.RESEARCH_OFFLINE_ORIGIN;
+  Promise.resolve()
+    .then(() => {
+      const deps = offlineOriginDeps(offline);
+      if (offline) process.stderr.write(`research server: RESEARCH_OFFLINE_ORIGIN is set: every fetch goes to ${offline} (offline demos and tests only)\n`);
+      return startResearchStdio(deps);
+    })
+    .catch((err: unknown) => {
+      process.stderr.write(`research server (stdio) failed to start: ${(err as Error).message}\n`);
+      process.exit(1);
+    });
 }
