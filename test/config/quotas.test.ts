@@ -2,7 +2,7 @@
 // mistake refused with the YAML line it concerns and what to write instead (as `tollbooth check` prints).
 import t from 'tap';
 import { parseConfigText } from '../../src/config/load.js';
-import { isGatewayError } from '../../src/errors.js';
+import { refusalOf } from '../helpers/config-refusal.js';
 
 const FILE = 'config/test.yaml';
 const yaml = (...lines: string[]): string => `${lines.join('\n')}\n`;
@@ -17,15 +17,7 @@ const BASE = [
 ];
 const OAUTH = ['server: { publicUrl: "https://gw.example.com/mcp" }', 'auth: { mode: oauth, issuer: "https://id.example.com/", jwksUrl: "https://id.example.com/jwks" }'];
 
-function refusal(text: string): string {
-  try {
-    parse(text);
-  } catch (error) {
-    if (isGatewayError(error) && error.code === 'TB_ERR_CONFIG_INVALID') return error.message;
-    throw error;
-  }
-  throw new Error('the config was accepted but should have been refused');
-}
+const refusal = (text: string): string => refusalOf(parse, text);
 
 t.test('budgets and allowances are read with their windows in milliseconds; none by default', async (t) => {
   const config = parse(

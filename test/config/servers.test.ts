@@ -4,22 +4,14 @@
 import t from 'tap';
 import { parseConfigText } from '../../src/config/load.js';
 import { maskSecrets } from '../../src/config/mask.js';
-import { isGatewayError } from '../../src/errors.js';
+import { refusalOf } from '../helpers/config-refusal.js';
 
 const FILE = 'config/test.yaml';
 const yaml = (...lines: string[]): string => `${lines.join('\n')}\n`;
 const parse = (text: string) => parseConfigText(text, FILE, {});
 const BASE = ['upstream: { url: "http://127.0.0.1:3001/mcp" }', 'skus:', '  research: { label: R, amount: "5.00", currency: USDC, credits: 10 }'];
 
-function refusal(text: string): string {
-  try {
-    parse(text);
-  } catch (error) {
-    if (isGatewayError(error) && error.code === 'TB_ERR_CONFIG_INVALID') return error.message;
-    throw error;
-  }
-  throw new Error('the config was accepted but should have been refused');
-}
+const refusal = (text: string): string => refusalOf(parse, text);
 
 t.test('a servers entry gets the upstream defaults of the top level, stdio settings included', async (t) => {
   const config = parse(

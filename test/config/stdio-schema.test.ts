@@ -1,21 +1,13 @@
 // upstream.stdio (SPEC §3, §5.5): how a stdio upstream's children run; only valid with upstream.command.
 import t from 'tap';
 import { parseConfigText } from '../../src/config/load.js';
-import { isGatewayError } from '../../src/errors.js';
+import { refusalOf } from '../helpers/config-refusal.js';
 
 const FILE = 'config/test.yaml';
 const yaml = (...lines: string[]): string => `${lines.join('\n')}\n`;
 const parse = (text: string) => parseConfigText(text, FILE, {});
 
-function refusal(text: string): string {
-  try {
-    parse(text);
-  } catch (error) {
-    if (isGatewayError(error) && error.code === 'TB_ERR_CONFIG_INVALID') return error.message;
-    throw error;
-  }
-  throw new Error('the config was accepted but should have been refused');
-}
+const refusal = (text: string): string => refusalOf(parse, text);
 
 t.test('a command gets the stdio defaults: perClient, 32 children, 10 minutes idle, 10 s to initialise, 5 s to stop', async (t) => {
   const config = parse(yaml('upstream:', '  command: ["node", "dist/research/stdio.js"]'));

@@ -1,22 +1,14 @@
 // tracing (SPEC §17): off by default, a base URL when on, a sample ratio in [0, 1], and a secret in the
 // endpoint masked wherever the config is shown (`tollbooth check`, the start log line).
 import t from 'tap';
-import { isGatewayError } from '../../src/errors.js';
 import { parseConfigText } from '../../src/config/load.js';
 import { maskSecrets, printableConfig } from '../../src/config/mask.js';
+import { refusalOf } from '../helpers/config-refusal.js';
 
 const FILE = 'config/tracing.yaml';
 const yaml = (...lines: string[]): string => `${['upstream:', '  url: http://127.0.0.1:3001/mcp', ...lines].join('\n')}\n`;
 const parse = (text: string, env: Record<string, string> = {}) => parseConfigText(text, FILE, env);
-function refusal(text: string): string {
-  try {
-    parse(text);
-  } catch (error) {
-    if (isGatewayError(error) && error.code === 'TB_ERR_CONFIG_INVALID') return error.message;
-    throw error;
-  }
-  throw new Error('the config was accepted but should have been refused');
-}
+const refusal = (text: string): string => refusalOf(parse, text);
 
 t.test('off by default, with the defaults of §17', async (t) => {
   t.same(parse(yaml()).tracing, { exporter: 'otlp', otlpEndpoint: '', serviceName: 'tollbooth', sampleRatio: 1 });

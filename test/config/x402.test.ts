@@ -1,12 +1,12 @@
 // payments.x402 (SPEC §19) and skus.*.x402Price: the validation matrix. Off by default; when on, a
 // payee, a token @x402/evm can describe (or an explicit EIP-712 domain), and SKU currencies that fit.
 import t from 'tap';
-import { isGatewayError } from '../../src/errors.js';
 import { parseConfigText } from '../../src/config/load.js';
 import { maskSecrets, printableConfig } from '../../src/config/mask.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { X402Rail } from '../../src/payments/x402/rail.js';
 import { MemoryStore } from '../../src/store/memory.js';
+import { refusalOf } from '../helpers/config-refusal.js';
 
 const FILE = 'config/x402.yaml';
 const PAYEE = '0x209693Bc6afc0C5328bA36FaF03C514EF312287C';
@@ -15,15 +15,7 @@ const SKUS = ['skus:', '  research: { label: Research, amount: "5.00", currency:
 const on = (...x402: string[]) => ['payments:', '  x402:', '    facilitatorUrl: http://127.0.0.1:4020', `    payTo: "${PAYEE}"`, ...x402.map((line) => `    ${line}`)];
 
 const parse = (text: string) => parseConfigText(text, FILE, {});
-function refusal(text: string): string {
-  try {
-    parse(text);
-  } catch (error) {
-    if (isGatewayError(error) && error.code === 'TB_ERR_CONFIG_INVALID') return error.message;
-    throw error;
-  }
-  throw new Error('the config was accepted but should have been refused');
-}
+const refusal = (text: string): string => refusalOf(parse, text);
 
 t.test('off by default, with the defaults of §19', async (t) => {
   const x402 = parse(yaml(...SKUS)).payments.x402;
