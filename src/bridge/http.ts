@@ -57,6 +57,12 @@ export interface PipeOptions {
   /** A response holding more unsent bytes than this is cut: the reader is too slow (it may resume). */
   maxBufferedBytes?: number;
   onSlowReader?(): void;
+  /**
+   * Send the status line and headers now instead of with the first event. A GET stream may carry no
+   * event for minutes; without this its client learns the stream is open only at the transport's first
+   * keep-alive comment (15 s).
+   */
+  flushHeaders?: boolean;
 }
 
 /** Writes a web Response to a ServerResponse; resolves when the body ended or either side went away. */
@@ -68,6 +74,7 @@ export async function pipeResponse(response: Response, res: ServerResponse, opti
     res.end();
     return;
   }
+  if (options.flushHeaders) res.flushHeaders();
   const reader = response.body.getReader();
   // Writes that come in one burst leave in one packet (headers with the first event, the last event with
   // the end of the stream): the response is corked on a write and uncorked once the burst is over.

@@ -110,6 +110,7 @@ export class SessionChannel {
         for (const message of this.takeHeld()) this.sendStandalone(message);
       }
       await pipeResponse(response, res, {
+        flushHeaders: req.method === 'GET',
         flow: this.#options.flow === undefined ? undefined : { onCongested: () => this.#onCongested(), onDrained: () => this.#onDrained() },
         maxBufferedBytes: this.#options.flow === undefined ? this.#options.maxBufferedBytes : undefined,
         onSlowReader: () => this.#options.logger.warn({ evt: 'bridge_slow_reader', session: this.sessionId }, 'a client stopped reading its stream; the stream was cut (it may resume)'),

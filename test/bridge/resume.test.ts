@@ -1,6 +1,7 @@
 // Last-Event-ID (SPEC §5.5): a session's events are kept (bounded) with event ids, so a client that lost a
 // stream resumes it — a POST's stream (2025-11-25 priming event) and the GET stream.
 import t from 'tap';
+import { request } from 'undici';
 import { openRawSession, readEvents, sessionHeaders, startTestBridge, toolCall, type SseEvent } from './helpers.js';
 
 /** GET with Last-Event-ID the way a client reconnects: again after a pause while the old stream is still being torn down (409). */
@@ -48,6 +49,25 @@ t.test('the GET stream is resumed after the last event the client saw', async (t
   // The client processed only the first one before its connection broke.
   const resumed = await resume(bridge, headers, seen[0]!.id!, (events) => events.filter((event) => event.message).length >= 2);
   t.same(resumed.events.map((event) => event.message?.params.data), ['later 2', 'later 3'], 'replayed from after the last event seen');
+});
+
+t.test('a GET stream is answered at once: its headers come before any event, not with a keep-alive', async (t) => {
+  const bridge = await startTestBridge(t);
+  const { id } = await openRawSession(bridge);
+  const headers = sessionHeaders(id!);
+  // Without a flush the status line waits for the first bytes of the body: the transport's keep-alive comment 15 s later.
+  const stream = await request(bridge.url, { method: 'GET', dispatcher: bridge.dispatcher, headers: { accept: 'text/event-stream', ...headers } });
+  t.equal(stream.statusCode, 200);
+  t.equal(stream.headers['content-type'], 'text/event-stream');
+  // Only now is anything sent on it: a call whose notification goes to the GET stream.
+  const call = readEvents(bridge, 'POST', toolCall(1, 'later', { ms: 20, count: 1 }), headers, (events) => events.some((event) => event.message?.id === 1));
+  let first = '';
+  for await (const chunk of stream.body) {
+    first = String(chunk);
+    break;
+  }
+  t.match(first, /^event: message\nid: .+\ndata: .*"later 1"/, 'the first bytes on the stream are the notification sent after it opened');
+  t.match((await call).events.at(-1)?.message, { id: 1, result: { content: [{ text: 'answered' }] } });
 });
 
 t.test('messages for the GET stream wait for it when the client has none open', async (t) => {

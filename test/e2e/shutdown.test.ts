@@ -26,14 +26,17 @@ t.test('SIGTERM with an npx-style wrapper: the call in flight finishes, every ch
   const client = new Client({ name: 'shutdown', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gateway.url)));
   const groups = new Set<number>();
+  // The client's session has its own child; the tool catalog's read may have one at the same moment
+  // (a wrapper and its server each): wait for a wrapper with its server, then look at every group.
   await waitFor(() => {
     const live = processesWith(marker);
     for (const p of live) groups.add(p.pgid);
-    return live.length >= 2;
-  }, 'the wrapper and the server it started', { timeoutMs: 20_000 });
+    return live.some((p) => live.some((q) => q !== p && q.pgid === p.pgid));
+  }, 'a wrapper and the server it started', { timeoutMs: 20_000 });
   const tree = processesWith(marker);
-  t.equal(new Set(tree.map((p) => p.pgid)).size, 1, 'the wrapper and its server share one process group');
-  t.ok(tree.some((p) => p.pid === p.pgid), 'led by the wrapper, a process of its own group (not the gateway\'s)');
+  const leaders = tree.filter((p) => p.pid === p.pgid);
+  t.ok(leaders.length >= 1 && leaders.length <= 2, `each wrapper leads a process group of its own (wrappers: ${leaders.length}, the session's, maybe the catalog read's)`);
+  t.ok(tree.every((p) => leaders.some((leader) => leader.pid === p.pgid)), 'each server shares its wrapper\'s process group');
   t.notOk(tree.some((p) => p.pgid === gateway.child.pid), 'not in the gateway\'s group');
 
   // A call in flight when SIGTERM comes: it finishes within the drain.

@@ -3,6 +3,7 @@
 // real MCP upstream recording the headers it got. Spans are flushed by closing the gateway (the
 // shutdown path exports what is queued).
 import t, { type Test } from 'tap';
+import { waitFor } from '../helpers/clock.js';
 import { startTestGateway, testConfig, type TestGateway } from '../helpers/gateway.js';
 import { startOtlpReceiver, SPAN_KIND, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { startPaidUpstream, type PaidUpstream } from '../helpers/paid-upstream.js';
@@ -160,11 +161,13 @@ t.test('SSE replies, GET streams and DELETE in a session are traced; a sampled-o
   await post(gateway, { jsonrpc: '2.0', method: 'notifications/initialized' }, { 'mcp-session-id': session });
 
   // A GET stream, opened and left by the client.
+  // The SDK server answers a GET with its headers only at its first keep-alive (15 s): the client leaves
+  // once the upstream has the GET, before any answer.
   const leave = new AbortController();
-  const stream = await fetch(gateway.url, { method: 'GET', headers: { accept: 'text/event-stream', 'mcp-protocol-version': '2025-11-25', ...inSession }, signal: leave.signal });
-  t.equal(stream.status, 200);
+  const stream = fetch(gateway.url, { method: 'GET', headers: { accept: 'text/event-stream', 'mcp-protocol-version': '2025-11-25', ...inSession }, signal: leave.signal }).catch(() => undefined);
+  await waitFor(() => sessions.requests.some((request) => request.method === 'GET'), 'the upstream has the GET');
   leave.abort();
-  await stream.body?.cancel().catch(() => undefined);
+  await stream;
 
   // A paid call answered as an event stream.
   const challenge = await post(gateway, toolCall('fetch_readable', { url: 'sse' }), inSession);
