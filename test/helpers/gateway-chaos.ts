@@ -70,7 +70,7 @@ export interface TenantCount {
   /** Results with a receipt the clients received, and results without one (a paid tool's result never comes without). */
   delivered: number;
   withoutReceipt: number;
-  /** Links the clients paid; of those, what the provider reports paid at the end (dev: the link in the store; Moove: the fake). */
+  /** Links the clients paid (dev: with the pay actions that failed but the provider recorded); of those, what the provider reports paid at the end (dev: the link in the store; Moove: the fake). */
   paidByClients: number;
   reportedPaid: number;
   /** Reported payments granted exactly once / not at all / a grant ref seen more than once; grants beyond the reported payments. */
@@ -122,6 +122,11 @@ interface Tenant {
   withoutReceipt: number;
   /** checkout URL → handle, for every link a client paid. */
   paidLinks: Map<string, string>;
+  /**
+   * Dev links whose pay action did not answer 303 (a failover mid-request): the payment may still have
+   * been recorded before the error, and then granted. Counted as paid when the dev provider says so.
+   */
+  uncertainLinks: Map<string, string>;
 }
 
 const WEBHOOK_SECRET = 'chaos-webhook-secret';
@@ -157,7 +162,10 @@ export async function runGatewayChaos(t: Test, topology: ChaosTopology, options:
         handle = outcome.handle;
         if (!tenant.paidLinks.has(outcome.checkoutUrl)) {
           tenant.paidLinks.set(outcome.checkoutUrl, handle);
-          if (!(await pay(tenant, outcome.checkoutUrl, gateway, moove))) tenant.paidLinks.delete(outcome.checkoutUrl);
+          if (!(await pay(tenant, outcome.checkoutUrl, gateway, moove))) {
+            tenant.paidLinks.delete(outcome.checkoutUrl);
+            tenant.uncertainLinks.set(outcome.checkoutUrl, handle);
+          }
         }
         await sleep(20);
       } else if (outcome.kind !== 'paid') await sleep(50); // refused or failed: back off while the store fails over
@@ -245,7 +253,7 @@ async function startTenant(t: Test, target: RedisTarget, provider: Provider, ups
     }
   };
   const gateways = [await start(), await start()];
-  return { provider, keyPrefix, gateways, store: await connectStore(t, target, keyPrefix), delivered: new Map(), withoutReceipt: 0, paidLinks: new Map() };
+  return { provider, keyPrefix, gateways, store: await connectStore(t, target, keyPrefix), delivered: new Map(), withoutReceipt: 0, paidLinks: new Map(), uncertainLinks: new Map() };
 }
 
 /** The payer pays the link: the dev checkout page (any replica), or Moove (the fake completes the link and signs a webhook to one replica). */
@@ -274,7 +282,13 @@ async function countTenant(tenant: Tenant, moove: MooveFake, upstream: PaidUpstr
     if (paid) reported.set(handle, (reported.get(handle) ?? 0) + 1);
     else if (tenant.provider === 'dev') devPaymentsErased++;
   }
-  const handles = [...new Set([...tenant.paidLinks.values(), ...tenant.delivered.keys()])];
+  let uncertainPaid = 0;
+  for (const [checkoutUrl, handle] of tenant.uncertainLinks) {
+    if (tenant.paidLinks.has(checkoutUrl) || (await store.getDevLink(linkId(checkoutUrl)))?.status !== 'completed') continue;
+    reported.set(handle, (reported.get(handle) ?? 0) + 1);
+    uncertainPaid++;
+  }
+  const handles = [...new Set([...tenant.paidLinks.values(), ...tenant.uncertainLinks.values(), ...tenant.delivered.keys()])];
   const ledgers = async (): Promise<Map<string, Awaited<ReturnType<RedisStore['readLedger']>>>> =>
     new Map(await Promise.all(handles.map(async (handle) => [handle, await store.readLedger({ kind: 'handle', handleHash: hashHandle(handle, HASH_SECRET) }, { limit: 10_000_000 })] as const)));
   const grantsOf = (entries: Awaited<ReturnType<RedisStore['readLedger']>>): number => entries.filter((entry) => entry.kind === 'grant' && entry.credits > 0).length;
@@ -335,7 +349,7 @@ async function countTenant(tenant: Tenant, moove: MooveFake, upstream: PaidUpstr
     provider: tenant.provider,
     delivered: [...tenant.delivered.values()].reduce((a, b) => a + b, 0),
     withoutReceipt: tenant.withoutReceipt,
-    paidByClients: tenant.paidLinks.size,
+    paidByClients: tenant.paidLinks.size + uncertainPaid,
     reportedPaid: [...reported.values()].reduce((a, b) => a + b, 0),
     grantedOnce,
     notGranted,

@@ -43,17 +43,16 @@ export class RedisCharges {
     return this.core.call('attachLink', async () => {
       const keys = this.core.clustered ? [k.charges] : [k.charges, dueCharges, liveCharges, allCharges, refKey];
       const opKey = this.core.keys.operation(handleHash, 'a', nonce);
+      // Cluster: the provider-ref key and the indexes live in other slots, so they are written first.
+      // Once the script makes the charge pending its link can be shown (to this caller, or to a retry
+      // that finds it), so a webhook must already be able to find it by its ref; if these writes fail,
+      // the charge is still opening and the caller aborts it. Written after, a failed SET left a
+      // showable link no webhook could find: its payment became an orphan (`npm run chaos`, Cluster).
+      if (this.core.clustered) await this.indexOpening(handleHash, nonce, refKey, clock);
       const charge = parseCharge(await this.core.once('tbAttachLink', opKey, attempt, keys, [nonce, link.providerRef, link.checkoutUrl, member, clock]));
-      if (charge && this.core.clustered) {
-        const ends = chargeRecordEnd(charge);
-        await Promise.all([
-          this.core.indexAdd(dueCharges, charge.nextPollAt, member, ends, clock, ''),
-          this.core.indexAdd(liveCharges, ends, member, ends, clock, 'end'),
-          this.core.indexAdd(allCharges, ends, member, ends, clock, 'end'),
-          this.core.client.set(refKey, member, 'PX', Math.max(1_000, ends - clock)),
-        ]);
-      }
-      if (charge && !(await this.core.replicated(k.handle))) {
+      // Cluster: the provider-ref key and the reconciler's indexes live in slots of their own; a webhook
+      // finds the charge by the first, the reconciler by the second, so each is waited for too.
+      if (charge && !(await this.core.replicated(k.handle, refKey, dueCharges, liveCharges, allCharges))) {
         // A failover could erase this record and leave a link that can be paid and never granted:
         // the link is never shown, and the charge leaves the pending state for good (still polled,
         // so a payment on it is granted all the same).
@@ -63,6 +62,21 @@ export class RedisCharges {
       }
       return charge;
     });
+  }
+
+  /** Cluster: a charge's entries outside its slot, from its opening record, as attaching its link will make them. */
+  private async indexOpening(handleHash: string, nonce: string, refKey: string, clock: number): Promise<void> {
+    const opening = parseCharge(await this.core.client.hget(this.core.keys.handle(handleHash).charges, nonce));
+    if (!opening || (opening.status !== 'opening' && opening.status !== 'pending')) return; // the script answers for it
+    const member = indexMember(handleHash, nonce);
+    const ends = chargeRecordEnd({ ...opening, status: 'pending' });
+    const { dueCharges, liveCharges, allCharges } = this.core.keys;
+    await Promise.all([
+      this.core.indexAdd(dueCharges, opening.nextPollAt, member, ends, clock, ''),
+      this.core.indexAdd(liveCharges, ends, member, ends, clock, 'end'),
+      this.core.indexAdd(allCharges, ends, member, ends, clock, 'end'),
+      this.core.client.set(refKey, member, 'PX', Math.max(1_000, ends - clock)),
+    ]);
   }
 
   async abortCharge(handleHash: string, nonce: string): Promise<void> {

@@ -95,20 +95,27 @@ export class RedisCore {
   }
 
   /**
-   * SPEC §21: with durability `replicated`, WAIT on the connection that ran the write (Cluster: the
-   * master serving the key's slot; standalone and Sentinel have one connection). True when enough
-   * replicas acknowledged it in time, or with durability `none`; a WAIT that fails counts as not acknowledged.
+   * SPEC §21: with durability `replicated`, WAIT on the connections that ran the write (standalone and
+   * Sentinel have one; Cluster: the master serving each written key's slot, every one of them at once,
+   * because a write that spans slots — a charge and the provider-ref key a webhook finds it by — is
+   * only safe when all its parts are). True when enough replicas acknowledged on every node in time,
+   * or with durability `none`; a WAIT that fails counts as not acknowledged.
    */
-  async replicated(key: string): Promise<boolean> {
+  async replicated(...keys: [string, ...string[]]): Promise<boolean> {
     if (!this.durability) return true;
     const { replicas, timeoutMs } = this.durability;
-    const node = this.clustered ? masterOfSlot(this.client as Cluster, keySlot(key)) : (this.client as Redis);
-    if (!node) return false;
-    try {
-      return Number(await node.call('WAIT', replicas, timeoutMs)) >= replicas;
-    } catch {
-      return false;
-    }
+    const nodes = this.clustered ? new Set(keys.map((key) => masterOfSlot(this.client as Cluster, keySlot(key)))) : new Set([this.client as Redis]);
+    if (nodes.has(null)) return false;
+    const acknowledged = await Promise.all(
+      [...nodes].map(async (node) => {
+        try {
+          return Number(await (node as Redis).call('WAIT', replicas, timeoutMs)) >= replicas;
+        } catch {
+          return false;
+        }
+      }),
+    );
+    return acknowledged.every(Boolean);
   }
 
   countUnreplicated(write: ReplicatedWrite): void {
