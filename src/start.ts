@@ -103,6 +103,7 @@ async function assembleParts(
   if (!options.bound) await probePort(config.server.host, config.server.port);
   const store = await createStore(config, { logger, clock });
   undo.push(() => store.close());
+  await store.reportReplicaCoverage?.();
   // Off (no otlpEndpoint, no console exporter): null, and nothing of OpenTelemetry is loaded.
   const tracing = await startTracing(config.tracing, logger, options.spanExporter);
   undo.push(() => tracing?.shutdown());

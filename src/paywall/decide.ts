@@ -589,7 +589,7 @@ export class Paywall {
    * The handle's usable pending charge for this SKU, or a new one (one pending link per handle and
    * SKU, §6.5). Only a new one costs a token of the global cap (unless the caller took it already).
    */
-  async #chargeFor(priced: PricedCall, handleHash: string, budgetTaken: boolean): Promise<ChargeRecord | BudgetRefusal> {
+  async #chargeFor(priced: PricedCall, handleHash: string, budgetTaken: boolean, awaited = false): Promise<ChargeRecord | BudgetRefusal> {
     const { settings, store, provider, metrics, now } = this.#deps;
     const { price } = priced;
     const begun = await store.beginCharge({
@@ -601,7 +601,14 @@ export class Paywall {
       ttlMs: settings.chargeTtlMs,
       firstPollDelayMs: 3_000,
     });
-    if (begun.kind === 'existing') return this.#awaitLink(begun.charge);
+    if (begun.kind === 'existing') {
+      if (begun.charge.checkoutUrl) return begun.charge;
+      if (awaited) throw new GatewayError('TB_ERR_PROVIDER', 'the checkout link being opened by another call did not appear in time');
+      // Another caller is opening it: once its link is there, ask the store again, so the link shown is
+      // one the store confirms (with durability replicated, acknowledged by the replicas).
+      await this.#awaitLink(begun.charge);
+      return this.#chargeFor(priced, handleHash, budgetTaken, true);
+    }
     const charge = begun.charge;
     try {
       const budget = budgetTaken ? null : await this.#takeNewChargeBudget();
@@ -629,8 +636,8 @@ export class Paywall {
     }
   }
 
-  /** Another caller (any replica) is opening this handle's link: wait briefly and share it. */
-  async #awaitLink(charge: ChargeRecord): Promise<ChargeRecord> {
+  /** Another caller (any replica) is opening this handle's link: wait briefly for it. */
+  async #awaitLink(charge: ChargeRecord): Promise<void> {
     const deadline = this.#deps.now() + OPENING_WAIT_MS;
     let current: ChargeRecord | null = charge;
     while (current && !current.checkoutUrl && this.#deps.now() < deadline) {
@@ -638,7 +645,6 @@ export class Paywall {
       current = await this.#deps.store.getCharge(charge.handleHash, charge.nonce);
     }
     if (!current?.checkoutUrl) throw new GatewayError('TB_ERR_PROVIDER', 'the checkout link being opened by another call did not appear in time');
-    return current;
   }
 
   async #refuse(priced: PricedCall, reason: RefusalReason, outcome: PaidOutcome, facts: CallFacts, options: { retryAfterSeconds?: number } = {}): Promise<Authorisation> {

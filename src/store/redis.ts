@@ -313,4 +313,8 @@ export class RedisStore implements Store {
   unreplicatedWrites(): Record<string, number> {
     return this.core.unreplicatedWrites();
   }
+
+  reportReplicaCoverage(): Promise<void> {
+    return this.core.reportReplicaCoverage();
+  }
 }

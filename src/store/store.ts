@@ -145,7 +145,7 @@ export interface Store {
 
   /** §6.5 "at most one pending charge per SKU": reuse, or begin opening a new one. */
   beginCharge(request: OpenChargeRequest): Promise<BeginChargeResult>;
-  /** Stores the provider's link on an 'opening' charge, making it 'pending'. */
+  /** Stores the provider's link on an 'opening' charge, making it 'pending'; null (nothing shown) if the charge is not opening or its handle is not live. */
   attachLink(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }, attempt?: Attempt): Promise<ChargeRecord | null>;
   /** Drops an 'opening' charge whose provider call failed, so the next challenge tries again. */
   abortCharge(handleHash: string, nonce: string): Promise<void>;
@@ -203,6 +203,11 @@ export interface Store {
   listOrphanPayments(): Promise<OrphanPayment[]>;
   /** SPEC §21: writes acted on without the replicas durability asked for, by kind, since opened (Redis with durability replicated). */
   unreplicatedWrites?(): Record<string, number>;
+  /**
+   * SPEC §21: with durability replicated, how waitReplicas compares with the replicas each primary has
+   * now, logged once at start (`store_replicas`) when WAIT cannot keep the promise it is there for.
+   */
+  reportReplicaCoverage?(): Promise<void>;
 
   // ── ledger (SPEC §17; README.md beside this file, "Ledger") ─────────────────────────────────────
   /**

@@ -44,7 +44,8 @@ async function run(t: Test, durability: 'none' | 'replicated'): Promise<Failover
   t.teardown(() => set.stop());
   const keyPrefix = `tbfo${randomBytes(3).toString('hex')}:`;
   const logger = createLogger('silent');
-  const stores = await Promise.all([0, 1].map(() => RedisStore.connect({ type: 'redis', redis: { url: set.url, keyPrefix, durability, waitReplicas: 1, waitTimeout: 100 } }, { logger })));
+  // Both replicas of the set: a write fewer acknowledged can be lost (docs/reliability.md, "How many replicas to wait for").
+  const stores = await Promise.all([0, 1].map(() => RedisStore.connect({ type: 'redis', redis: { url: set.url, keyPrefix, durability, waitReplicas: 2, waitTimeout: 100 } }, { logger })));
   t.teardown(() => Promise.all(stores.map((store) => store.close())));
   const count = await runFailoverLoad({ stores, failovers: () => failOver(set, FAILOVERS), workers: 32, handles: 20 });
   t.comment(`sentinel, durability ${durability}, ${FAILOVERS} failovers: ${JSON.stringify(count)}`);

@@ -53,6 +53,8 @@ export interface ChaosTopology {
 
 export interface ChaosOptions {
   durability: 'none' | 'replicated';
+  /** store.redis.waitReplicas (default 1). */
+  waitReplicas?: number;
   providers: Provider[];
   failovers: number;
   /** Failover i uses modes[i % modes.length]. */
@@ -76,6 +78,8 @@ export interface TenantCount {
   /** Reported payments granted exactly once / not at all / a grant ref seen more than once; grants beyond the reported payments. */
   grantedOnce: number;
   notGranted: number;
+  /** Per payment reported paid and never granted: the payer's last retry and its handle's charges in the store at the end. */
+  notGrantedDetail: string[];
   grantedTwice: number;
   extraGrants: number;
   spends: number;
@@ -217,7 +221,7 @@ export function assertNoMoneyLost(t: Test, count: ChaosCount): void {
     const name = `${tenant.provider}:`;
     t.ok(tenant.delivered > 0 && tenant.paidByClients > 0, `${name} paid calls were delivered (${tenant.delivered}) and payments landed (${tenant.paidByClients} paid, ${tenant.reportedPaid} reported paid at the end)`);
     t.equal(tenant.withoutReceipt, 0, `${name} no paid tool's result came without a receipt`);
-    t.equal(tenant.notGranted, 0, `${name} every payment the provider reports is granted`);
+    t.equal(tenant.notGranted, 0, `${name} every payment the provider reports is granted${tenant.notGranted > 0 ? ` (not granted: ${tenant.notGrantedDetail.join(' | ')})` : ''}`);
     t.equal(tenant.grantedOnce, tenant.reportedPaid, `${name} … exactly once`);
     t.equal(tenant.grantedTwice + tenant.extraGrants, 0, `${name} nothing granted twice or without a payment`);
     t.equal(tenant.spentTwice, 0, `${name} no reservation spent twice (spends ≤ calls that reached the upstream)`);
@@ -237,7 +241,7 @@ async function startTenant(t: Test, target: RedisTarget, provider: Provider, ups
       ? { provider: 'dev' as const, reconcile: { interval: '1s' } }
       : { provider: 'moove' as const, moove: { apiKey: 'test-key', baseUrl: moove.url, webhookSecret: WEBHOOK_SECRET }, reconcile: { interval: '1s' } };
   const config = redisGatewayConfig(upstreamUrl, target, keyPrefix, {
-    store: { type: 'redis', redis: { ...target, keyPrefix, durability: options.durability, waitReplicas: 1, waitTimeout: '100ms' } },
+    store: { type: 'redis', redis: { ...target, keyPrefix, durability: options.durability, waitReplicas: options.waitReplicas ?? 1, waitTimeout: '100ms' } },
     upstream: { url: upstreamUrl, callDeadline: '5s' },
     payments,
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: options.pack } },
@@ -295,10 +299,12 @@ async function countTenant(tenant: Tenant, moove: MooveFake, upstream: PaidUpstr
 
   // Each payer retries once (what an agent does after paying); then the reconcilers have until the
   // deadline to grant whatever a failover made them lose.
+  const lastRetry = new Map<string, string>();
   await Promise.all(
     handles.map(async (handle, i) => {
       const outcome = await callTool(tenant.gateways[i % tenant.gateways.length]!.url, 'fetch_readable', { url: callUrl(handle), tollboothToken: handle }, agent);
       note(outcome);
+      lastRetry.set(handle, outcome.kind === 'refused' || outcome.kind === 'challenged' ? `${outcome.kind}:${outcome.reason}` : outcome.kind);
       if (outcome.kind === 'paid') tenant.delivered.set(handle, (tenant.delivered.get(handle) ?? 0) + 1);
       if (outcome.kind === 'ok') tenant.withoutReceipt++;
     }),
@@ -321,6 +327,7 @@ async function countTenant(tenant: Tenant, moove: MooveFake, upstream: PaidUpstr
   let spends = 0;
   let spentTwice = 0;
   let uncovered = 0;
+  const notGrantedHandles: string[] = [];
   for (const handle of handles) {
     const ledger = entries.get(handle) ?? [];
     const grantRefs = ledger.filter((entry) => entry.kind === 'grant' && entry.credits > 0).map((entry) => entry.ref);
@@ -332,10 +339,22 @@ async function countTenant(tenant: Tenant, moove: MooveFake, upstream: PaidUpstr
     const granted = new Set(grantRefs).size;
     grantedOnce += Math.min(paid, granted);
     notGranted += Math.max(0, paid - granted);
+    if (paid > granted) notGrantedHandles.push(handle);
     extraGrants += Math.max(0, granted - paid);
     spends += spent;
     uncovered += Math.max(0, (tenant.delivered.get(handle) ?? 0) - spent);
   }
+
+  // What a payment nobody granted left behind: its charges as the store holds them now, and the payer's last retry.
+  const charges = notGrantedHandles.length > 0 ? await store.listCharges() : [];
+  const notGrantedDetail = notGrantedHandles.map((handle) => {
+    const handleHash = hashHandle(handle, HASH_SECRET);
+    const own = charges.filter((charge) => charge.handleHash === handleHash);
+    const described = own.map((charge) => `${charge.status} polls=${charge.pollCount} next=${Math.round((charge.nextPollAt - Date.now()) / 1000)}s`).join(', ');
+    const paidRefs = [...tenant.paidLinks].filter(([, payer]) => payer === handle).map(([checkoutUrl]) => linkId(checkoutUrl));
+    const unknown = paidRefs.filter((ref) => !own.some((charge) => charge.providerRef === ref)).length;
+    return `last retry ${lastRetry.get(handle) ?? '-'}; ${paidRefs.length} paid, ${unknown} of them with no charge in the store; charges: ${described || 'none'}`;
+  });
 
   const expositions = await Promise.all(tenant.gateways.map((gateway) => scrape(gateway.origin)));
   const unreplicated: Record<string, number> = {};
@@ -353,6 +372,7 @@ async function countTenant(tenant: Tenant, moove: MooveFake, upstream: PaidUpstr
     reportedPaid: [...reported.values()].reduce((a, b) => a + b, 0),
     grantedOnce,
     notGranted,
+    notGrantedDetail,
     grantedTwice,
     extraGrants,
     spends,

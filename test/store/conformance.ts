@@ -639,6 +639,17 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.store.findChargeByRef('ref-y'), null);
   });
 
+  behaviour('attachLink shows no link for a charge whose handle the store does not hold (a failover erased it): it stays opening and aborts', async (f, t) => {
+    const handleHash = `h-erased-${Math.random().toString(36).slice(2)}`;
+    const begun = await f.begin(handleHash);
+    t.equal(begun.kind, 'begun', 'the charge is recorded all the same (an operator can see it)');
+    t.equal(await f.store.attachLink(handleHash, begun.charge.nonce, { providerRef: 'ref-erased', checkoutUrl: 'https://pay.test/erased' }), null, 'no link to show');
+    t.match(await f.store.getCharge(handleHash, begun.charge.nonce), { status: 'opening' });
+    t.equal(await f.store.findChargeByRef('ref-erased'), null);
+    await f.store.abortCharge(handleHash, begun.charge.nonce);
+    t.equal(await f.store.getCharge(handleHash, begun.charge.nonce), null);
+  });
+
   behaviour('abortCharge drops an opening charge so the next challenge opens anew', async (f, t) => {
     const handleHash = await f.handle();
     const first = await f.begin(handleHash);

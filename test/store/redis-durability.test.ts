@@ -7,7 +7,7 @@ import { Writable } from 'node:stream';
 import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { RedisStore } from '../../src/store/redis.js';
-import { startRedis } from '../helpers/redis-server.js';
+import { cli, startRedis } from '../helpers/redis-server.js';
 import { nonceClaim, ManualClock } from './conformance.js';
 
 const primary = await startRedis();
@@ -21,8 +21,9 @@ const SNAPSHOT = { label: 'pack', amount: '5.00', currency: 'USD', credits: 10, 
 const lines: string[] = [];
 const sink = new Writable({ write(chunk: Buffer, _encoding, done) { lines.push(chunk.toString()); done(); } });
 
-async function open(durability: 'none' | 'replicated'): Promise<RedisStore> {
-  const redis = { url: primary.url, keyPrefix: `tbdur${randomBytes(3).toString('hex')}:`, durability, waitReplicas: 1, waitTimeout: 50 };
+/** waitTimeout 50 ms keeps the hung-replica cases short; a healthy case asks for more, so a busy machine cannot fail it. */
+async function open(durability: 'none' | 'replicated', waitReplicas = 1, waitTimeout = 50): Promise<RedisStore> {
+  const redis = { url: primary.url, keyPrefix: `tbdur${randomBytes(3).toString('hex')}:`, durability, waitReplicas, waitTimeout };
   const store = await RedisStore.connect({ type: 'redis', redis }, { logger: createLogger('warn', sink) });
   t.teardown(() => store.close());
   return store;
@@ -54,7 +55,7 @@ async function withReplicaHung<T>(work: () => Promise<T>): Promise<T> {
 }
 
 t.test('with a healthy replica every money write goes through and nothing is counted', async (t) => {
-  const store = await open('replicated');
+  const store = await open('replicated', 1, 2_000);
   const handleHash = await fundedHandle(store, 3);
   const nonce = await openCharge(store, handleHash);
   t.match(await store.attachLink(handleHash, nonce, { providerRef: `ref-${nonce}`, checkoutUrl: 'https://pay.test/a' }), { status: 'pending' });
@@ -74,6 +75,17 @@ t.test('a charge the replica did not acknowledge shows no link and is never offe
   t.match(await store.getCharge(handleHash, nonce), { status: 'abandoned' }, 'abandoned: still polled, so a payment on it is granted');
   const next = await store.beginCharge({ handleHash, sku: SKU, nonce: `n${randomBytes(6).toString('hex')}`, snapshot: SNAPSHOT, now: Date.now(), ttlMs: 30 * 60_000, firstPollDelayMs: 3_000 });
   t.equal(next.kind, 'begun', 'the next challenge opens a new link');
+  t.same(store.unreplicatedWrites(), { charge: 1 });
+});
+
+t.test('a pending link is shown again only once the replica has it (a resumed, replaced primary must not hand out a link its replacement never had)', async (t) => {
+  const store = await open('replicated');
+  const handleHash = await fundedHandle(store, 0);
+  const nonce = await openCharge(store, handleHash);
+  await store.attachLink(handleHash, nonce, { providerRef: `ref-${nonce}`, checkoutUrl: 'https://pay.test/again' });
+  const again = () => store.beginCharge({ handleHash, sku: SKU, nonce: `n${randomBytes(6).toString('hex')}`, snapshot: SNAPSHOT, now: Date.now(), ttlMs: 30 * 60_000, firstPollDelayMs: 3_000 });
+  await withReplicaHung(() => t.rejects(again(), { code: 'TB_ERR_STORE_UNAVAILABLE', message: /so its link is not shown again/ }));
+  t.match(await again(), { kind: 'existing', charge: { nonce, checkoutUrl: 'https://pay.test/again' } }, 'with the replica back, the same link');
   t.same(store.unreplicatedWrites(), { charge: 1 });
 });
 
@@ -102,6 +114,20 @@ t.test('a commit the replica did not acknowledge is delivered, counted and logge
   t.notOk(JSON.stringify(logged).includes(handleHash), 'never the handle hash');
 });
 
+t.test('concurrent money writes share WAITs instead of queueing one whole timeout each behind the others', async (t) => {
+  const store = await open('replicated', 1, 200);
+  const handleHash = await fundedHandle(store, 20);
+  for (let i = 0; i < 20; i++) await store.reserve(spend(handleHash, `w${i}`));
+  const waits = (): number => Number(/cmdstat_wait:calls=(\d+)/.exec(cli(primary.port, 'info', 'commandstats'))?.[1] ?? 0);
+  const before = waits();
+  const balances = await withReplicaHung(() => Promise.all(Array.from({ length: 20 }, (_, i) => store.commit(handleHash, `w${i}`))));
+  t.same(balances.filter((balance) => balance === null), [], 'every commit applied and answered');
+  t.same(store.unreplicatedWrites(), { commit: 20 }, 'each one counted');
+  const sent = waits() - before;
+  // One WAIT each would be 20 in a row, 4 s at 200 ms: the whole process's store calls stalled behind them.
+  t.ok(sent >= 1 && sent <= 4, `20 commits were covered by ${sent} WAIT rounds`);
+});
+
 t.test('an operator grant and an x402 nonce claim the replica did not acknowledge are refused', async (t) => {
   const store = await open('replicated');
   const handleHash = await fundedHandle(store, 0);
@@ -122,4 +148,20 @@ t.test('durability none issues no WAIT: a hung replica changes nothing', async (
     t.equal(await store.commit(handleHash, 'r1'), 0);
   });
   t.same(store.unreplicatedWrites(), {});
+});
+
+t.test('at start the store says when waitReplicas cannot keep its promise: more replicas than it waits for, or fewer', async (t) => {
+  const replicasLogged = async (store: RedisStore): Promise<Record<string, unknown>[]> => {
+    const before = lines.length;
+    await store.reportReplicaCoverage();
+    return lines.slice(before).map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.evt === 'store_replicas');
+  };
+  t.same(await replicasLogged(await open('replicated', 1)), [], 'one replica, waitReplicas 1: nothing to say');
+  t.same(await replicasLogged(await open('none', 1)), [], 'durability none: nothing to say');
+  t.match(await replicasLogged(await open('replicated', 2)), [{ level: 'warn', waitReplicas: 2, connectedReplicas: 1, msg: /every money write will wait 50 ms and count as not acknowledged/ }]);
+
+  const second = await startRedis({ replicaOf: primary.port });
+  t.teardown(() => second.stop());
+  t.match(await replicasLogged(await open('replicated', 1)), [{ level: 'warn', waitReplicas: 1, connectedReplicas: 2, msg: /set waitReplicas to 2/ }]);
+  t.same(await replicasLogged(await open('replicated', 2)), [], 'waitReplicas equal to the replicas: nothing to say');
 });

@@ -38,7 +38,8 @@ export class MemoryCharges {
   private async attachLinkNow(handleHash: string, nonce: string, link: { providerRef: string; checkoutUrl: string }): Promise<ChargeRecord | null> {
     const key = scopedKey(handleHash, nonce);
     const charge = this.core.charges.get(key);
-    if (!charge || charge.status !== 'opening') return null;
+    // A link is shown only for credits on a handle the store holds (see redis/charges.lua.ts, ATTACH_LINK).
+    if (!charge || charge.status !== 'opening' || !this.core.liveHandle(handleHash, this.core.now())) return null;
     charge.providerRef = link.providerRef;
     charge.checkoutUrl = link.checkoutUrl;
     charge.status = 'pending';

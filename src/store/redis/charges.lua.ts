@@ -37,14 +37,16 @@ return {'begun'}
 `;
 
 /**
- * opening → pending with the provider's link.
- * KEYS charges, [due index, live-charges index, all-charges index, providerRef key].
+ * opening → pending with the provider's link, only while the handle is live: a link is shown for
+ * credits on a handle the store holds (a failover can erase a handle created on the old primary
+ * moments before; paying its link would grant nothing).
+ * KEYS charges, handle, [due index, live-charges index, all-charges index, providerRef key].
  * ARGV nonce, providerRef, checkoutUrl, indexMember, clockNow. Returns the charge JSON or nil.
  */
 export const ATTACH_LINK = `
 local clock = tonumber(ARGV[5])
 local c = read_charge(KEYS[1], ARGV[1], clock)
-if not c or c.status ~= 'opening' then return false end
+if not c or c.status ~= 'opening' or not handle_live(KEYS[2], clock) then return false end
 c.status = 'pending'
 c.providerRef = ARGV[2]
 c.checkoutUrl = ARGV[3]
@@ -52,12 +54,12 @@ local out = cjson.encode(c)
 redis.call('HSET', KEYS[1], ARGV[1], out)
 local ends = charge_end(c)
 live_until(KEYS[1], ends, clock)
-if KEYS[2] then
-  redis.call('ZADD', KEYS[2], int(c.nextPollAt), ARGV[4])
-  live_until(KEYS[2], ends, clock)
-  end_index_add(KEYS[3], ends, ARGV[4], clock)
+if KEYS[3] then
+  redis.call('ZADD', KEYS[3], int(c.nextPollAt), ARGV[4])
+  live_until(KEYS[3], ends, clock)
   end_index_add(KEYS[4], ends, ARGV[4], clock)
-  redis.call('SET', KEYS[5], ARGV[4], 'PX', int(math.max(1000, ends - clock)))
+  end_index_add(KEYS[5], ends, ARGV[4], clock)
+  redis.call('SET', KEYS[6], ARGV[4], 'PX', int(math.max(1000, ends - clock)))
 end
 return out
 `;

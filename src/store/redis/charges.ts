@@ -25,7 +25,18 @@ export class RedisCharges {
       const keys = this.core.clustered ? [k.handle, k.charges] : [k.handle, k.charges, allCharges, liveCharges];
       const opKey = this.core.keys.operation(handleHash, 'b', nonce);
       const [kind, existing] = asArray(await this.core.once('tbBeginCharge', opKey, request.attempt, keys, [sku, nonce, JSON.stringify(charge), now, member, clock, OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS]));
-      if (kind === 'existing') return { kind: 'existing', charge: parseCharge(existing) as ChargeRecord };
+      if (kind === 'existing') {
+        const shared = parseCharge(existing) as ChargeRecord;
+        // Its link is about to be shown again: only once this primary's replicas have the record. The
+        // op record the script just wrote comes after the link in the replication stream, so WAIT covers
+        // it. Without this a primary that resumed after being replaced answered with a link its
+        // replacement never had; paid, it was granted nowhere (npm run chaos, Sentinel).
+        if (shared.checkoutUrl && !(await this.core.replicated(k.handle))) {
+          this.core.countUnreplicated('charge');
+          throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the pending charge was not acknowledged by ${this.core.durabilityText()}, so its link is not shown again (store.redis.durability: replicated)`);
+        }
+        return { kind: 'existing', charge: shared };
+      }
       if (this.core.clustered) {
         const ends = chargeRecordEnd(charge);
         await Promise.all([this.core.indexAdd(allCharges, ends, member, ends, clock, 'end'), this.core.indexAdd(liveCharges, ends, member, ends, clock, 'end')]);
@@ -41,7 +52,7 @@ export class RedisCharges {
     const clock = this.core.now();
     const { dueCharges, liveCharges, allCharges } = this.core.keys;
     return this.core.call('attachLink', async () => {
-      const keys = this.core.clustered ? [k.charges] : [k.charges, dueCharges, liveCharges, allCharges, refKey];
+      const keys = this.core.clustered ? [k.charges, k.handle] : [k.charges, k.handle, dueCharges, liveCharges, allCharges, refKey];
       const opKey = this.core.keys.operation(handleHash, 'a', nonce);
       // Cluster: the provider-ref key and the indexes live in other slots, so they are written first.
       // Once the script makes the charge pending its link can be shown (to this caller, or to a retry
