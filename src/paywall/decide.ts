@@ -149,7 +149,7 @@ export class Paywall {
       }
       // The second reserve takes no token, so only a handle that vanished in between lands here.
       if (decision.kind !== 'insufficient') return await this.#challengeNewHandle(priced, 'unknown_handle', facts);
-      return await this.#challengeExistingHandle(priced, token, handleHash, challengeReason(decision), decision.pending, facts);
+      return await this.#challengeExistingHandle(priced, token, handleHash, challengeReason(decision), facts);
     } catch (error) {
       this.#countFailure(priced, error);
       return this.#refuse(priced, 'payments_unavailable', 'refused_unavailable', facts);
@@ -551,7 +551,7 @@ export class Paywall {
     const handle = mintHandle();
     const handleHash = this.#hashHandle(handle);
     await store.createHandle({ handleHash, fingerprint: fingerprint(handle), principal: priced.principal, ttlMs: settings.handleTtlMs });
-    return this.#challengeExistingHandle(priced, handle, handleHash, reason, null, facts, true);
+    return this.#challengeExistingHandle(priced, handle, handleHash, reason, facts, true);
   }
 
   /** One token of the global cap on new charges, or the refusal to answer with. */
@@ -570,11 +570,14 @@ export class Paywall {
     handle: string,
     handleHash: string,
     reason: ChallengeReason,
-    pending: ChargeRecord | null,
     facts: CallFacts,
     budgetTaken = false,
   ): Promise<Authorisation> {
-    const charge = pending?.status === 'pending' && pending.checkoutUrl && pending.expiresAt > this.#deps.now() + 60_000 ? pending : await this.#chargeFor(priced, handleHash, budgetTaken);
+    // A pending charge the reservation read is shown through the store again (beginCharge answers it as
+    // `existing`), never straight from that read: with durability replicated the store confirms its
+    // replicas have it first. Shown from the read, a primary that resumed after being replaced handed out
+    // a link its replacement never had (npm run chaos, Sentinel: 8 Moove payments never granted).
+    const charge = await this.#chargeFor(priced, handleHash, budgetTaken);
     if ('kind' in charge) return this.#refuseRateLimited(priced, facts, charge.retryAfterMs);
     const shape = await priced.resultShape();
     const result = challengeResult(

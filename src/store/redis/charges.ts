@@ -24,6 +24,7 @@ export class RedisCharges {
     return this.core.call('beginCharge', async () => {
       const keys = this.core.clustered ? [k.handle, k.charges] : [k.handle, k.charges, allCharges, liveCharges];
       const opKey = this.core.keys.operation(handleHash, 'b', nonce);
+      const mark = await this.core.mark(k.handle);
       const [kind, existing] = asArray(await this.core.once('tbBeginCharge', opKey, request.attempt, keys, [sku, nonce, JSON.stringify(charge), now, member, clock, OPENING_GRACE_MS, PENDING_REUSE_MARGIN_MS]));
       if (kind === 'existing') {
         const shared = parseCharge(existing) as ChargeRecord;
@@ -31,7 +32,7 @@ export class RedisCharges {
         // op record the script just wrote comes after the link in the replication stream, so WAIT covers
         // it. Without this a primary that resumed after being replaced answered with a link its
         // replacement never had; paid, it was granted nowhere (npm run chaos, Sentinel).
-        if (shared.checkoutUrl && !(await this.core.replicated(k.handle))) {
+        if (shared.checkoutUrl && !(await this.core.replicated(mark))) {
           this.core.countUnreplicated('charge');
           throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the pending charge was not acknowledged by ${this.core.durabilityText()}, so its link is not shown again (store.redis.durability: replicated)`);
         }
@@ -59,11 +60,12 @@ export class RedisCharges {
       // that finds it), so a webhook must already be able to find it by its ref; if these writes fail,
       // the charge is still opening and the caller aborts it. Written after, a failed SET left a
       // showable link no webhook could find: its payment became an orphan (`npm run chaos`, Cluster).
+      const mark = await this.core.mark(k.handle, refKey, dueCharges, liveCharges, allCharges);
       if (this.core.clustered) await this.indexOpening(handleHash, nonce, refKey, clock);
       const charge = parseCharge(await this.core.once('tbAttachLink', opKey, attempt, keys, [nonce, link.providerRef, link.checkoutUrl, member, clock]));
       // Cluster: the provider-ref key and the reconciler's indexes live in slots of their own; a webhook
       // finds the charge by the first, the reconciler by the second, so each is waited for too.
-      if (charge && !(await this.core.replicated(k.handle, refKey, dueCharges, liveCharges, allCharges))) {
+      if (charge && !(await this.core.replicated(mark))) {
         // A failover could erase this record and leave a link that can be paid and never granted:
         // the link is never shown, and the charge leaves the pending state for good (still polled,
         // so a payment on it is granted all the same).
@@ -143,9 +145,10 @@ export class RedisCharges {
       const received = claim.receivedAmount === null ? ['0', ''] : ['1', claim.receivedAmount];
       const args = [claim.nonce, claim.outcome, claim.credits, ...received, member, this.core.now(), this.core.ledgerRetentionMs, claim.handleHash];
       const opKey = this.core.keys.operation(claim.handleHash, 's', claim.nonce);
+      const mark = await this.core.mark(k.handle);
       const [claimed, raw, balance] = asArray(await this.core.once('tbClaimSettlement', opKey, claim.attempt, keys, args));
       if (Number(claimed) === 1 && this.core.clustered) await Promise.all([this.core.client.zrem(dueCharges, member), this.core.client.zrem(liveCharges, member)]);
-      if (Number(claimed) === 1 && !(await this.core.replicated(k.handle))) {
+      if (Number(claimed) === 1 && !(await this.core.replicated(mark))) {
         // Treated as not done: nobody is told of the grant. The claim is idempotent by the charge's
         // nonce, so the reconciler's next read grants it once, here or on a promoted replica.
         this.core.countUnreplicated('claim');

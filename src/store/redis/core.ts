@@ -30,6 +30,9 @@ const RERUN_GAP_MS = 50;
 /** Server errors after which a script did not run, so running it again is only a retry: a failover or restart under way. */
 const NOT_RUN_REPLY = /^(READONLY|LOADING|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOREPLICAS)\b/;
 
+/** Where a write went (RedisCore.mark): per key, its node and that node's socket when the write was sent. */
+export type WriteMark = { key: string; node: Redis | null; stream: object | null }[];
+
 /**
  * Writes the gateway must know are on replicas before acting on them (SPEC §21), by what happens when
  * WAIT says they are not: `charge` (its link is not shown: the charge is abandoned), `claim` and
@@ -95,18 +98,45 @@ export class RedisCore {
   }
 
   /**
+   * Where a write is about to run, taken before it is sent: per key, the node serving it (standalone
+   * and Sentinel: the one client; Cluster: the master of the key's slot by the client's slot map) and
+   * that node's current socket. `replicated` trusts a WAIT only on that same socket: a reconnect in
+   * between (Sentinel kills a demoted primary's clients; ioredis then finds the new primary) would
+   * send the WAIT on a fresh connection that wrote nothing, and WAIT answers such a connection at
+   * once with every replica — an acknowledgement of nothing.
+   */
+  async mark(...keys: [string, ...string[]]): Promise<WriteMark> {
+    if (!this.durability) return [];
+    return Promise.all(
+      keys.map(async (key) => {
+        const node = this.clustered ? masterOfSlot(this.client as Cluster, keySlot(key)) : (this.client as Redis);
+        // A Cluster node the client never talked to has no socket yet: open it, so the write goes where the mark says.
+        if (node && !node.stream) await node.ping().catch(() => undefined);
+        return { key, node, stream: node?.stream ?? null };
+      }),
+    );
+  }
+
+  /**
    * SPEC §21: with durability `replicated`, WAIT on the connections that ran the write (standalone and
    * Sentinel have one; Cluster: the master serving each written key's slot, every one of them at once,
    * because a write that spans slots — a charge and the provider-ref key a webhook finds it by — is
    * only safe when all its parts are). True when enough replicas acknowledged on every node in time,
-   * or with durability `none`; a WAIT that fails counts as not acknowledged.
+   * over the very sockets the write went through (see `mark`), or with durability `none`; a WAIT that
+   * fails counts as not acknowledged.
    */
-  async replicated(...keys: [string, ...string[]]): Promise<boolean> {
+  async replicated(mark: WriteMark): Promise<boolean> {
     if (!this.durability) return true;
     const { replicas, timeoutMs } = this.durability;
-    const nodes = this.clustered ? new Set(keys.map((key) => masterOfSlot(this.client as Cluster, keySlot(key)))) : new Set([this.client as Redis]);
-    if (nodes.has(null)) return false;
-    const acknowledged = await Promise.all([...nodes].map((node) => this.waitRounds(node as Redis).wait(replicas, timeoutMs)));
+    // Cluster: the key moved to another master since the mark (a failover, a MOVED): its write is not where we would wait.
+    if (this.clustered && mark.some((part) => masterOfSlot(this.client as Cluster, keySlot(part.key)) !== part.node)) return false;
+    const streams = new Map<Redis, object | null>();
+    for (const part of mark) {
+      if (!part.node) return false;
+      if (streams.has(part.node) && streams.get(part.node) !== part.stream) return false;
+      streams.set(part.node, part.stream);
+    }
+    const acknowledged = await Promise.all([...streams].map(([node, stream]) => (stream ? this.waitRounds(node).wait(stream, replicas, timeoutMs) : Promise.resolve(false))));
     return acknowledged.every(Boolean);
   }
 
@@ -219,14 +249,15 @@ export class RedisCore {
  * that joined before it was sent.
  */
 class WaitRounds {
-  private waiting: { replicas: number; timeoutMs: number; resolve: (acknowledged: boolean) => void }[] = [];
+  private waiting: { stream: object; replicas: number; timeoutMs: number; resolve: (acknowledged: boolean) => void }[] = [];
   private running = false;
 
   constructor(private readonly node: Redis) {}
 
-  wait(replicas: number, timeoutMs: number): Promise<boolean> {
+  /** `stream`: the socket the caller's write went through; a round on another socket does not answer it. */
+  wait(stream: object, replicas: number, timeoutMs: number): Promise<boolean> {
     return new Promise((resolve) => {
-      this.waiting.push({ replicas, timeoutMs, resolve });
+      this.waiting.push({ stream, replicas, timeoutMs, resolve });
       if (!this.running) void this.run();
     });
   }
@@ -237,9 +268,11 @@ class WaitRounds {
       const round = this.waiting.splice(0);
       const replicas = Math.max(...round.map((waiter) => waiter.replicas));
       const timeoutMs = Math.max(...round.map((waiter) => waiter.timeoutMs));
+      const sentOn: object = this.node.stream;
       // A WAIT that fails counts as not acknowledged.
-      const acknowledged = await this.node.call('WAIT', replicas, timeoutMs).then(Number, () => 0);
-      for (const waiter of round) waiter.resolve(acknowledged >= waiter.replicas);
+      const acknowledged = round.some((waiter) => waiter.stream === sentOn) ? await this.node.call('WAIT', replicas, timeoutMs).then(Number, () => 0) : 0;
+      const sameSocket = this.node.stream === sentOn;
+      for (const waiter of round) waiter.resolve(sameSocket && waiter.stream === sentOn && acknowledged >= waiter.replicas);
     }
     this.running = false;
   }

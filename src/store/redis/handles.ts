@@ -98,10 +98,11 @@ export class RedisHandles {
     const index = this.core.keys.reservationIndexOf(handleHash, this.core.clustered);
     const opKey = this.core.keys.operation(handleHash, 'c', reservationId);
     return this.core.call('commit', async () => {
+      const mark = await this.core.mark(k.handle);
       const balance = await this.core.once('tbCommit', opKey, attempt, [k.handle, k.reservations, index, k.ledger], [reservationId, member, this.core.now(), tool, this.core.ledgerRetentionMs]);
       if (balance === null) return null;
       // The result is delivered whatever WAIT says (the payer paid): an operator sees which spend a failover may have erased.
-      if (!(await this.core.replicated(k.handle))) await this.core.reportUnreplicated('commit', handleHash);
+      if (!(await this.core.replicated(mark))) await this.core.reportUnreplicated('commit', handleHash);
       return Number(balance);
     });
   }
@@ -144,9 +145,10 @@ export class RedisHandles {
     // An operator grant has no id of its own: the attempt is its operation id.
     const opKey = this.core.keys.operation(handleHash, 'g', attempt);
     return this.core.call('grantCredits', async () => {
+      const mark = await this.core.mark(k.handle);
       const balance = await this.core.once('tbGrantCredits', opKey, attempt, [k.handle, k.reservations, k.ledger, expiry], args);
       if (balance === null) throw new GatewayError('TB_ERR_NOT_FOUND', 'no live handle with that hash: it never existed or has expired');
-      if (!(await this.core.replicated(k.handle))) {
+      if (!(await this.core.replicated(mark))) {
         this.core.countUnreplicated('adjust');
         throw new GatewayError(
           'TB_ERR_STORE_UNAVAILABLE',

@@ -27,9 +27,10 @@ export class RedisLedgerReads {
           due.map(async (handleHash) => {
             const k = this.core.keys.handle(handleHash);
             const keys = [k.handle, k.reservations, k.ledger, this.core.keys.handleExpiryOf(handleHash, this.core.clustered), this.core.keys.reservationIndexOf(handleHash, this.core.clustered)];
+            const mark = await this.core.mark(k.handle);
             const [done] = asArray(await this.core.run('tbExpireHandle', keys, [handleHash, now, this.core.ledgerRetentionMs]));
             if (Number(done) !== 1) return 0;
-            if (!(await this.core.replicated(k.handle))) await this.core.reportUnreplicated('expire', handleHash);
+            if (!(await this.core.replicated(mark))) await this.core.reportUnreplicated('expire', handleHash);
             return 1;
           }),
         );

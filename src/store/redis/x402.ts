@@ -16,8 +16,9 @@ export class RedisX402 {
     const ttlMs = record.expiresAt - now;
     const nonceKey = this.core.keys.paymentNonce(claim);
     return this.core.call('claimPaymentNonce', async () => {
+      const mark = await this.core.mark(nonceKey);
       const claimed = Number(await this.core.once('tbClaimPaymentNonce', this.core.keys.paymentOperation(claim, 'claim'), claim.attempt, [nonceKey], [JSON.stringify(record), ttlMs])) === 1;
-      if (claimed && !(await this.core.replicated(nonceKey))) {
+      if (claimed && !(await this.core.replicated(mark))) {
         // Fail closed: the call is refused unpaid; the claim still refuses the nonce, so nothing is paid twice.
         this.core.countUnreplicated('x402_claim');
         throw new GatewayError('TB_ERR_STORE_UNAVAILABLE', `the x402 nonce claim was not acknowledged by ${this.core.durabilityText()}`);
@@ -30,10 +31,11 @@ export class RedisX402 {
     const nonceKey = this.core.keys.paymentNonce(key);
     const keys = [nonceKey, this.core.keys.paymentLedger(key.payer)];
     return this.core.call('finishPaymentNonce', async () => {
+      const mark = await this.core.mark(nonceKey);
       const reply = await this.core.once('tbFinishPaymentNonce', this.core.keys.paymentOperation(key, 'finish'), attempt, keys, [outcome.state, outcome.transaction ?? '', outcome.at, this.core.ledgerRetentionMs]);
       const finished = Number(reply) === 1;
       // The payment already moved on chain and the result goes out: counted, for the operator.
-      if (finished && outcome.state === 'settled' && !(await this.core.replicated(nonceKey))) this.core.countUnreplicated('x402_settle');
+      if (finished && outcome.state === 'settled' && !(await this.core.replicated(mark))) this.core.countUnreplicated('x402_settle');
       return finished;
     });
   }
@@ -42,9 +44,10 @@ export class RedisX402 {
     const keys = [this.core.keys.paymentNonce(record), this.core.keys.paymentLedger(record.payer), this.core.keys.paymentSettled(record)];
     const args = [record.nonce, record.tool, record.amount, record.network, record.asset, record.payer, record.sku, record.transaction, record.at, this.core.ledgerRetentionMs];
     return this.core.call('recordX402Settlement', async () => {
+      const mark = await this.core.mark(keys[0] as string);
       const written = Number(await this.core.run('tbRecordX402Settlement', keys, args)) === 1;
       // The payment already moved on chain and the result goes out: counted, for the operator.
-      if (written && !(await this.core.replicated(keys[0] as string))) this.core.countUnreplicated('x402_settle');
+      if (written && !(await this.core.replicated(mark))) this.core.countUnreplicated('x402_settle');
       return written;
     });
   }
