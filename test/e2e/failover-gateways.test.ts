@@ -11,7 +11,7 @@ import { startSentinelSet } from '../helpers/redis-server.js';
 
 const CHAOS = process.env.TB_CHAOS === '1';
 const FAILOVERS = Number(process.env.TB_CHAOS_FAILOVERS ?? (CHAOS ? 6 : 2));
-// Every replica of the set (docs/reliability.md, "How many replicas to wait for"); TB_CHAOS_WAIT_REPLICAS=1 shows what fewer lose.
+// Every replica of the set (docs/reliability.md, "How many replicas to wait for"); TB_CHAOS_WAIT_REPLICAS=1 runs the same with fewer.
 const WAIT_REPLICAS = Number(process.env.TB_CHAOS_WAIT_REPLICAS ?? 2);
 const CLIENTS = Number(process.env.TB_CHAOS_CLIENTS ?? (CHAOS ? 24 : 8));
 // Four gateway processes and a Sentinel set start slowly on a loaded machine (60–90 s in all there);

@@ -152,10 +152,10 @@ export class RedisCore {
   /**
    * WAIT counts replicas, not which ones: with fewer than all of a primary's replicas asked for, a
    * write can be acknowledged by a replica that is not the one promoted (or, after a paused primary
-   * resumes, by a replica Sentinel is about to resync from the new primary) and still be lost. Seen in
-   * `npm run chaos` (Sentinel, 1 primary + 2 replicas, waitReplicas 1): Moove payments granted, the
-   * payer told, then erased with their charge. Fewer replicas than asked: every money write waits the
-   * whole waitTimeout and counts as not acknowledged. Either is logged at start; the gateway runs on.
+   * resumes, by a replica Sentinel is about to resync from the new primary) and still be lost
+   * (docs/reliability.md, "How many replicas to wait for"). Fewer replicas than asked: every money
+   * write waits the whole waitTimeout and counts as not acknowledged. Either is logged at start; the
+   * gateway runs on.
    */
   async reportReplicaCoverage(): Promise<void> {
     if (!this.durability) return;
