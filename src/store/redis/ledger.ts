@@ -47,23 +47,28 @@ export class RedisLedgerReads {
   }
 
   async *ledgerAccounts(options: { unledgeredHandles?: boolean } = {}): AsyncIterable<LedgerAccount> {
+    // SCAN may return a key more than once (a rehash during the walk): each account is yielded once,
+    // or verify and export count its entries twice (seen: 2,001 accounts and 100,050 entries for 2,000
+    // and 100,000, test/ledger/export-memory). The set holds one string per account, not per entry.
+    const seen = new Set<string>();
+    const firstTime = (key: string): boolean => !seen.has(key) && Boolean(seen.add(key));
     for (const node of this.core.masters()) {
       for await (const keys of this.core.scan(node, this.core.keys.ledgerPattern)) {
         for (const key of keys) {
           const handleHash = tagValue(key, 'h');
-          if (handleHash) yield { kind: 'handle', handleHash };
+          if (handleHash && firstTime(`h:${handleHash}`)) yield { kind: 'handle', handleHash };
         }
       }
       for await (const keys of this.core.scan(node, this.core.keys.paymentLedgerPattern)) {
         for (const key of keys) {
           const payer = tagValue(key, 'x402');
-          if (payer) yield { kind: 'payer', payer };
+          if (payer && firstTime(`x402:${payer}`)) yield { kind: 'payer', payer };
         }
       }
       if (!options.unledgeredHandles) continue;
       for await (const keys of this.core.scan(node, this.core.keys.handlePattern)) {
         // A handle's ledger lives in its slot, so on this node: one pipelined EXISTS per batch.
-        const hashes = keys.map((key) => tagValue(key, 'h')).filter((hash): hash is string => hash !== null);
+        const hashes = keys.map((key) => tagValue(key, 'h')).filter((hash): hash is string => hash !== null && firstTime(`h:${hash}`));
         const pipeline = node.pipeline();
         for (const handleHash of hashes) pipeline.exists(this.core.keys.handle(handleHash).ledger);
         const replies = await this.core.call('ledgerAccounts', async () => (await pipeline.exec()) ?? [], ADMIN_SCAN_BUDGET_MS);
