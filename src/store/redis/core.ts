@@ -110,8 +110,9 @@ export class RedisCore {
     return Promise.all(
       keys.map(async (key) => {
         const node = this.clustered ? masterOfSlot(this.client as Cluster, keySlot(key)) : (this.client as Redis);
-        // A Cluster node the client never talked to has no socket yet: open it, so the write goes where the mark says.
-        if (node && !node.stream) await node.ping().catch(() => undefined);
+        // A Cluster node the client never talked to has no socket yet: open it (a command would only start
+        // the connect and be refused, the offline queue being off), so the write goes where the mark says.
+        if (node?.status === 'wait') await node.connect().catch(() => undefined);
         return { key, node, stream: node?.stream ?? null };
       }),
     );
