@@ -111,6 +111,8 @@ export interface ChaosCount {
   countSeconds: number;
   /** Paid results per second over the load (both tenants). */
   paidPerSecond: number;
+  /** Paid results per second while no failover was under way (the gaps between rounds, after the first). */
+  paidPerSecondBetweenFailovers: number;
   outcomes: Record<string, number>;
   tenants: TenantCount[];
   /** Where the data is at the end (topology.describe). */
@@ -154,12 +156,14 @@ export async function runGatewayChaos(t: Test, topology: ChaosTopology, options:
     outcomes[key] = (outcomes[key] ?? 0) + 1;
   };
   let running = true;
+  const paidAt: number[] = [];
   const client = async (tenant: Tenant, index: number): Promise<void> => {
     let handle: string | undefined;
     for (let n = index; running; n++) {
       const gateway = tenant.gateways[n % tenant.gateways.length] as GatewayProcess;
       const outcome = await callTool(gateway.url, 'fetch_readable', { url: callUrl(handle), ...(handle ? { tollboothToken: handle } : {}) }, agent);
       note(outcome);
+      if (outcome.kind === 'paid') paidAt.push(performance.now());
       if (outcome.kind === 'paid' && handle) tenant.delivered.set(handle, (tenant.delivered.get(handle) ?? 0) + 1);
       else if (outcome.kind === 'ok') tenant.withoutReceipt++;
       else if (outcome.kind === 'challenged') {
@@ -178,16 +182,23 @@ export async function runGatewayChaos(t: Test, topology: ChaosTopology, options:
 
   const failoverMs: number[] = [];
   const promotedMs: number[] = [];
+  /** The quiet stretches between failovers (the first is the clients' warm-up: left out of the steady rate). */
+  const gaps: [number, number][] = [];
+  const timed = async (wait: Promise<unknown>): Promise<[number, number]> => {
+    const from = performance.now();
+    await wait;
+    return [from, performance.now()];
+  };
   const started = performance.now();
   const load = tenants.flatMap((tenant) => Array.from({ length: options.clients }, (_, i) => client(tenant, i)));
   try {
     for (let i = 0; i < options.failovers; i++) {
-      await sleep(options.gapMs);
+      gaps.push(await timed(sleep(options.gapMs)));
       const at = performance.now();
       promotedMs.push(await topology.failOver(options.modes[i % options.modes.length] as FailoverMode));
       failoverMs.push(Math.round(performance.now() - at));
     }
-    await sleep(options.gapMs);
+    gaps.push(await timed(sleep(options.gapMs)));
   } finally {
     running = false;
     await Promise.all(load);
@@ -195,6 +206,10 @@ export async function runGatewayChaos(t: Test, topology: ChaosTopology, options:
   const seconds = (performance.now() - started) / 1000;
   const delivered = tenants.reduce((sum, tenant) => sum + [...tenant.delivered.values()].reduce((a, b) => a + b, 0), 0);
   const paidPerSecond = Math.round(delivered / seconds);
+  const steady = gaps.slice(1);
+  const steadySeconds = steady.reduce((sum, [from, to]) => sum + (to - from), 0) / 1000;
+  const paidBetweenFailovers = paidAt.filter((at) => steady.some(([from, to]) => at >= from && at < to)).length;
+  const paidPerSecondBetweenFailovers = steadySeconds > 0 ? Math.round(paidBetweenFailovers / steadySeconds) : 0;
 
   const counted = performance.now();
   const nodes = tenants.map((tenant) => `${tenant.provider}: ${topology.describe(tenant.keyPrefix)}`).join('; ');
@@ -209,6 +224,7 @@ export async function runGatewayChaos(t: Test, topology: ChaosTopology, options:
     seconds: Math.round(seconds),
     countSeconds: Math.round((performance.now() - counted) / 1000),
     paidPerSecond,
+    paidPerSecondBetweenFailovers,
     outcomes,
     tenants: tenantCounts,
     nodes,
