@@ -19,7 +19,7 @@ t.teardown(() => upstream.close());
 t.test('a pending link is shown again only while the replica acknowledges: otherwise the call is refused, and the link comes back with the replica', async (t) => {
   const keyPrefix = `tbdl${randomBytes(3).toString('hex')}:`;
   const config = redisGatewayConfig(upstream.url, { url: primary.url }, keyPrefix);
-  config.store = { type: 'redis', redis: { url: primary.url, keyPrefix, durability: 'replicated', waitReplicas: 1, waitTimeout: '100ms' } };
+  config.store = { type: 'redis', redis: { url: primary.url, keyPrefix, durability: 'replicated', waitReplicas: 1, waitTimeout: '400ms' } };
   const gateway = await startGatewayProcess(t, config);
 
   const first = await callTool(gateway.url, 'fetch_readable', { url: 'https://example.com/a' });

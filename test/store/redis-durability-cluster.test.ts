@@ -40,7 +40,7 @@ const nodeOf = (port: number) => cluster.nodes.find((node) => node.port === port
 
 async function open(): Promise<{ store: RedisStore; keys: KeySpace }> {
   const keyPrefix = `tbdurc${randomBytes(3).toString('hex')}:`;
-  const store = await RedisStore.connect({ type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix, durability: 'replicated', waitReplicas: 1, waitTimeout: 100 } }, { logger: createLogger('error') });
+  const store = await RedisStore.connect({ type: 'redis', redis: { url: undefined, cluster: cluster.seeds, keyPrefix, durability: 'replicated', waitReplicas: 1, waitTimeout: 400 } }, { logger: createLogger('error') });
   t.teardown(() => store.close());
   return { store, keys: new KeySpace(keyPrefix) };
 }

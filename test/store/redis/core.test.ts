@@ -20,7 +20,7 @@ async function core(): Promise<RedisCore> {
   const logger = createLogger('silent');
   const client = await openRedisClient({ url: primary.url, keyPrefix: 'tbcore:' }, logger);
   t.teardown(() => client.disconnect());
-  return new RedisCore(client, new KeySpace(`tbcore${randomBytes(3).toString('hex')}:`), false, Date.now, logger, 60_000, { replicas: 1, timeoutMs: 100 });
+  return new RedisCore(client, new KeySpace(`tbcore${randomBytes(3).toString('hex')}:`), false, Date.now, logger, 60_000, { replicas: 1, timeoutMs: 400 });
 }
 
 t.test('a write acknowledged on its own socket is replicated', async (t) => {
