@@ -112,17 +112,38 @@ export async function startRedisCluster(options: StartRedisOptions & { replicasP
   };
 }
 
+/** One line of CLUSTER NODES: the node's id, port, flags, the id of its master (replicas) and the slot ranges it serves. */
+export interface ClusterNodeLine {
+  id: string;
+  port: number;
+  roles: string[];
+  masterId: string;
+  slots: [number, number][];
+}
+
+/** CLUSTER NODES as the node on `port` sees it (empty if it does not answer). */
+export function clusterNodes(port: number): ClusterNodeLine[] {
+  return cli(port, 'cluster', 'nodes')
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => {
+      const [id = '', address = '', flags = '', masterId = '', , , , , ...ranges] = line.split(' ');
+      const slots = ranges
+        .filter((range) => !range.startsWith('['))
+        .map((range): [number, number] => {
+          const [from = -1, to = from] = range.split('-').map(Number);
+          return [from, to];
+        });
+      return { id, port: Number(/:(\d+)@/.exec(address)?.[1]), roles: flags.split(','), masterId, slots };
+    });
+}
+
 /** The masters holding slots, as the first node that answers sees them (a node SIGKILLed or stopped does not). */
 function clusterMasters(ports: number[]): number[] {
   for (const port of ports) {
-    const lines = cli(port, 'cluster', 'nodes').split('\n').filter(Boolean);
-    if (lines.length === 0) continue;
-    return lines.flatMap((line) => {
-      const [, address, flags = '', , , , , , ...slots] = line.split(' ');
-      const roles = flags.split(',');
-      if (!roles.includes('master') || roles.includes('fail') || roles.includes('fail?') || slots.length === 0) return [];
-      return [Number(/:(\d+)@/.exec(address ?? '')?.[1])];
-    });
+    const nodes = clusterNodes(port);
+    if (nodes.length === 0) continue;
+    return nodes.filter((node) => node.roles.includes('master') && !node.roles.includes('fail') && !node.roles.includes('fail?') && node.slots.length > 0).map((node) => node.port);
   }
   return [];
 }

@@ -8,7 +8,7 @@ import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { KeySpace } from '../../src/store/keys.js';
 import { RedisStore } from '../../src/store/redis.js';
-import { cli, startRedisCluster } from '../helpers/redis-server.js';
+import { cli, clusterNodes, startRedisCluster } from '../helpers/redis-server.js';
 
 const cluster = await startRedisCluster({ replicasPerMaster: 1 });
 t.teardown(() => cluster.stop());
@@ -21,19 +21,12 @@ const seed = cluster.ports[0] as number;
 /** Port of the master serving `key`'s slot, and the port of that master's replica. */
 function placement(key: string): { master: number; replica: number } {
   const slot = Number(cli(seed, 'cluster', 'keyslot', key));
-  const lines = cli(seed, 'cluster', 'nodes').split('\n').filter(Boolean).map((line) => line.split(' '));
-  const portOf = (address = ''): number => Number(/:(\d+)@/.exec(address)?.[1]);
-  const master = lines.find(([, , flags = '', , , , , , ...ranges]) =>
-    flags.includes('master') &&
-    ranges.some((range) => {
-      const [from = -1, to = from] = range.split('-').map(Number);
-      return slot >= from && slot <= to;
-    }),
-  );
+  const nodes = clusterNodes(seed);
+  const master = nodes.find((node) => node.roles.includes('master') && node.slots.some(([from, to]) => slot >= from && slot <= to));
   if (!master) throw new Error(`no master serves slot ${slot}`);
-  const replica = lines.find(([, , flags = '', masterId]) => flags.includes('slave') && masterId === master[0]);
+  const replica = nodes.find((node) => node.roles.includes('slave') && node.masterId === master.id);
   if (!replica) throw new Error(`the master of slot ${slot} has no replica`);
-  return { master: portOf(master[1]), replica: portOf(replica[1]) };
+  return { master: master.port, replica: replica.port };
 }
 
 const nodeOf = (port: number) => cluster.nodes.find((node) => node.port === port) as (typeof cluster.nodes)[number];

@@ -128,7 +128,6 @@ export class RedisCore {
    */
   async replicated(mark: WriteMark): Promise<boolean> {
     if (!this.durability) return true;
-    const { replicas, timeoutMs } = this.durability;
     // Cluster: the key moved to another master since the mark (a failover, a MOVED): its write is not where we would wait.
     if (this.clustered && mark.some((part) => masterOfSlot(this.client as Cluster, keySlot(part.key)) !== part.node)) return false;
     const streams = new Map<Redis, object | null>();
@@ -137,16 +136,17 @@ export class RedisCore {
       if (streams.has(part.node) && streams.get(part.node) !== part.stream) return false;
       streams.set(part.node, part.stream);
     }
-    const acknowledged = await Promise.all([...streams].map(([node, stream]) => (stream ? this.waitRounds(node).wait(stream, replicas, timeoutMs) : Promise.resolve(false))));
+    const durability = this.durability;
+    const acknowledged = await Promise.all([...streams].map(([node, stream]) => (stream ? this.waitRounds(node, durability).wait(stream) : Promise.resolve(false))));
     return acknowledged.every(Boolean);
   }
 
   /** One WaitRounds per connection (Cluster: per master node object; a replaced node's goes with it). */
   private readonly rounds = new WeakMap<Redis, WaitRounds>();
 
-  private waitRounds(node: Redis): WaitRounds {
+  private waitRounds(node: Redis, durability: Durability): WaitRounds {
     let rounds = this.rounds.get(node);
-    if (!rounds) this.rounds.set(node, (rounds = new WaitRounds(node)));
+    if (!rounds) this.rounds.set(node, (rounds = new WaitRounds(node, durability)));
     return rounds;
   }
 
@@ -250,30 +250,32 @@ export class RedisCore {
  * that joined before it was sent.
  */
 class WaitRounds {
-  private waiting: { stream: object; replicas: number; timeoutMs: number; resolve: (acknowledged: boolean) => void }[] = [];
+  private waiting: { stream: object; resolve: (acknowledged: boolean) => void }[] = [];
   private running = false;
 
-  constructor(private readonly node: Redis) {}
+  constructor(
+    private readonly node: Redis,
+    private readonly durability: Durability,
+  ) {}
 
   /** `stream`: the socket the caller's write went through; a round on another socket does not answer it. */
-  wait(stream: object, replicas: number, timeoutMs: number): Promise<boolean> {
+  wait(stream: object): Promise<boolean> {
     return new Promise((resolve) => {
-      this.waiting.push({ stream, replicas, timeoutMs, resolve });
+      this.waiting.push({ stream, resolve });
       if (!this.running) void this.run();
     });
   }
 
   private async run(): Promise<void> {
+    const { replicas, timeoutMs } = this.durability;
     this.running = true;
     while (this.waiting.length > 0) {
       const round = this.waiting.splice(0);
-      const replicas = Math.max(...round.map((waiter) => waiter.replicas));
-      const timeoutMs = Math.max(...round.map((waiter) => waiter.timeoutMs));
       const sentOn: object = this.node.stream;
       // A WAIT that fails counts as not acknowledged.
       const acknowledged = round.some((waiter) => waiter.stream === sentOn) ? await this.node.call('WAIT', replicas, timeoutMs).then(Number, () => 0) : 0;
       const sameSocket = this.node.stream === sentOn;
-      for (const waiter of round) waiter.resolve(sameSocket && waiter.stream === sentOn && acknowledged >= waiter.replicas);
+      for (const waiter of round) waiter.resolve(sameSocket && waiter.stream === sentOn && acknowledged >= replicas);
     }
     this.running = false;
   }

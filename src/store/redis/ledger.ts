@@ -51,7 +51,11 @@ export class RedisLedgerReads {
     // or verify and export count its entries twice (seen: 2,001 accounts and 100,050 entries for 2,000
     // and 100,000, test/ledger/export-memory). The set holds one string per account, not per entry.
     const seen = new Set<string>();
-    const firstTime = (key: string): boolean => !seen.has(key) && Boolean(seen.add(key));
+    const firstTime = (key: string): boolean => {
+      if (seen.has(key)) return false;
+      seen.add(key);
+      return true;
+    };
     for (const node of this.core.masters()) {
       for await (const keys of this.core.scan(node, this.core.keys.ledgerPattern)) {
         for (const key of keys) {
