@@ -12,9 +12,9 @@ import { recordPaidCall } from '../observability/tracing.js';
 import { ProviderError, type PaymentProvider } from '../payments/provider.js';
 import type { Observation, Settler } from '../payments/settle.js';
 import { paymentIn, stripPayment } from '../payments/x402/payload.js';
-import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, Store, TaskKey, TaskRecord } from '../store/store.js';
+import type { ChargeRecord, PricedRequestKey, PricedRequestRecord, SpendDecision, SpendRequest, Store, TaskKey, TaskRecord } from '../store/store.js';
 import { recordedConclusion, taskEnd, type TaskMethod } from './tasks.js';
-import { isBudgetExceeded, quotaCaller, type BudgetExceeded, type QuotaHold, type Quotas } from './quotas.js';
+import { isBudgetExceeded, quotaCaller, type BudgetExceeded, type BudgetRequest, type QuotaHold, type Quotas } from './quotas.js';
 import { challengeResult, refusalResult, RECEIPT_META_KEY, type ChallengeReason, type RefusalReason } from '../mcp/challenge.js';
 import { resultKind } from '../mcp/result-kind.js';
 import { challengeThrottleKey } from './client-key.js';
@@ -182,8 +182,7 @@ export class Paywall {
     if (held.kind === 'x402') return this.#concludeX402(priced, held, outcome, keep, registration);
     if (held.kind === 'allowance') return this.#concludeAllowance(priced, held, outcome, keep, succeeded, registration);
 
-    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: this.#recordedTool(priced.call.name), reqId: priced.reqId });
-    if (held.quotas) await this.#concludeQuotas(held.quotas, settled.state, priced.reqId);
+    const settled = await this.#settle(held.handleHash, held.reservationId, keep, registration, { sku, cost, tool: this.#recordedTool(priced.call.name), reqId: priced.reqId }, held.quotas);
     const spent = settled.ours && settled.state === 'committed' ? cost : 0;
     const logOutcome: PaidOutcome = unfinished ? 'input_required' : outcome.kind === 'deadline' ? 'deadline_exceeded' : outcome.kind === 'answered' ? 'authorised' : 'upstream_error';
     if (settled.ours || settled.state === 'unknown') this.#logCall(priced, logOutcome, held.facts, spent, held.reservationId);
@@ -333,8 +332,7 @@ export class Paywall {
     if (record.state === 'released') return null;
     const pastDeadline = this.#deps.now() > record.deadline;
     const keep = !pastDeadline && !unfinished && (record.charge === 'attempt' || succeeded);
-    const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool });
-    if (record.quotas) await this.#concludeQuotas(record.quotas, settled.state);
+    const settled = await this.#settle(record.handleHash, record.reservationId, keep, key, { sku, cost, tool: record.tool }, record.quotas);
     if (settled.ours) {
       const outcome: PaidOutcome = pastDeadline ? 'deadline_exceeded' : unfinished ? 'input_required' : succeeded ? 'authorised' : 'upstream_error';
       this.#logLine({ tool: record.tool, sku, facts: { rail: 'credits', tokenPresented: true, tokenFingerprint: record.fingerprint, tokenRecognised: true }, outcome, cost: settled.state === 'committed' ? cost : 0, startedAt: record.startedAt, resumed: true, ref: record.reservationId });
@@ -349,6 +347,8 @@ export class Paywall {
    * Commits (keep) or releases one reservation and, for a registered call, records the conclusion.
    * `ours` is true when this call moved the credits; otherwise the reservation was already concluded
    * elsewhere and the registry (or, without one, "released") says how. 'unknown': the store failed.
+   * The call's budget draws (§23) end the way its credit did: in the credit's own step where the store
+   * can take them there and the credit moved now, else by a conclusion of their own after it.
    */
   async #settle(
     handleHash: string,
@@ -356,10 +356,25 @@ export class Paywall {
     keep: boolean,
     registration: PricedRequestKey | null,
     context: { sku: string; cost: number; tool: string; reqId?: string | undefined },
+    quotas: QuotaHold | null | undefined,
+  ): Promise<Settled> {
+    const withCredit = quotas && this.#deps.store.quotasWithCredits ? quotas : undefined;
+    const settled = await this.#settleCredit(handleHash, reservationId, keep, registration, context, withCredit);
+    if (quotas && !(withCredit && settled.ours)) await this.#concludeQuotas(quotas, settled.state, context.reqId);
+    return settled;
+  }
+
+  async #settleCredit(
+    handleHash: string,
+    reservationId: string,
+    keep: boolean,
+    registration: PricedRequestKey | null,
+    context: { sku: string; cost: number; tool: string; reqId?: string | undefined },
+    quotas: QuotaHold | undefined,
   ): Promise<Settled> {
     const { store } = this.#deps;
     try {
-      const remaining = keep ? await store.commit(handleHash, reservationId, context.tool) : await store.release(handleHash, reservationId);
+      const remaining = keep ? await store.commit(handleHash, reservationId, context.tool, undefined, quotas) : await store.release(handleHash, reservationId, undefined, quotas);
       if (remaining !== null) {
         this.#creditCounter(context.sku)[keep ? 'spent' : 'refunded'].inc(context.cost);
         if (registration) this.#background('concludePricedRequest', store.concludePricedRequest(registration, keep ? 'committed' : 'released', keep ? remaining : null));
@@ -446,42 +461,61 @@ export class Paywall {
   async #reserve(priced: PricedCall, handleHash: string, reservationId: string, takeToken = true): Promise<ReserveDecision> {
     const { settings, store, now } = this.#deps;
     const reservationDeadline = now() + settings.callDeadlineMs + 5_000;
-    // §23: the budgets first, so a call over a cap takes no rate token and moves no credit. They are given
-    // back unless the credit is reserved (a second reserve after a settlement holds them anew, under its own id).
-    const budgets = await this.#holdBudgets(priced, handleHash, takeToken ? reservationId : `${reservationId}:settled`, reservationDeadline);
-    if (isBudgetExceeded(budgets)) return budgets;
+    // §23: the budgets counting this call (a second reserve after a settlement holds them anew, under its own id).
+    const budgets = this.#budgetRequest(priced, handleHash, takeToken ? reservationId : `${reservationId}:settled`, reservationDeadline);
+    const request: SpendRequest = {
+      handleHash,
+      principal: priced.principal,
+      sku: priced.price.sku,
+      cost: priced.price.cost,
+      reservationId,
+      reservationDeadline,
+      ttlMs: settings.handleTtlMs,
+      bucket: takeToken ? settings.perHandle : null,
+    };
+    if (budgets) {
+      if (!store.quotasWithCredits) return this.#reserveBesideBudgets(priced, request, budgets);
+      // One atomic step: a budget over its cap refuses before the rate token and the credit; it is drawn only with the credit.
+      request.quotas = budgets.request;
+    }
+    const decision = await store.reserve(request);
+    if (decision.kind === 'quota_exceeded') return (this.#deps.quotas as Quotas).refusal(decision);
+    // Written out, not spread: `{ ...decision, quotas }` takes V8's slow path (≈1 µs on Node 20) on every paid call.
+    return decision.kind === 'reserved' ? { kind: 'reserved', remaining: decision.remaining, quotas: budgets?.hold ?? null } : decision;
+  }
+
+  /**
+   * Redis Cluster (§23's cross-slot order): the budgets are held first, in their own slots, so a call over
+   * a cap takes no rate token and moves no credit, and given back unless the credit is reserved. A crash
+   * in between leaves a hold the stale sweep gives back after the reservation deadline.
+   */
+  async #reserveBesideBudgets(priced: PricedCall, request: SpendRequest, budgets: BudgetRequest): Promise<ReserveDecision> {
+    const held = await (this.#deps.quotas as Quotas).hold(budgets);
+    if (isBudgetExceeded(held)) return held;
     let decision: SpendDecision;
     try {
-      decision = await store.reserve({
-        handleHash,
-        principal: priced.principal,
-        sku: priced.price.sku,
-        cost: priced.price.cost,
-        reservationId,
-        reservationDeadline,
-        ttlMs: settings.handleTtlMs,
-        bucket: takeToken ? settings.perHandle : null,
-      });
+      decision = await this.#deps.store.reserve(request);
     } catch (error) {
-      if (budgets) await this.#concludeQuotas(budgets, 'released', priced.reqId);
+      await this.#concludeQuotas(held, 'released', priced.reqId);
       throw error;
     }
-    if (decision.kind !== 'reserved' && budgets) await this.#concludeQuotas(budgets, 'released', priced.reqId);
-    return decision.kind === 'reserved' ? { ...decision, quotas: budgets } : decision;
+    if (decision.kind !== 'reserved') await this.#concludeQuotas(held, 'released', priced.reqId);
+    return decision.kind === 'reserved' ? { ...decision, quotas: held } : decision;
   }
 
   // ── budgets and allowances (SPEC §23; paywall/quotas.ts) ──────────────────────────────────────────
 
-  async #holdBudgets(priced: PricedCall, handleHash: string, holdId: string, deadline: number): Promise<QuotaHold | BudgetExceeded | null> {
+  #budgetRequest(priced: PricedCall, handleHash: string, holdId: string, deadline: number): BudgetRequest | null {
     const quotas = this.#deps.quotas;
     if (!quotas?.active) return null;
-    return quotas.holdBudgets({ tool: priced.call.name, sku: priced.price.sku, cost: priced.price.cost }, quotaCaller(priced, handleHash), holdId, deadline);
+    return quotas.budgetRequest({ tool: priced.call.name, sku: priced.price.sku, cost: priced.price.cost }, quotaCaller(priced, handleHash), holdId, deadline);
   }
 
   /** A free call of the allowance covering this call (its token, if any, stripped and not charged), a budget refusal, or null: the usual path. */
   async #takeAllowance(priced: PricedCall, facts: CallFacts): Promise<Authorisation | null> {
     const quotas = this.#deps.quotas;
-    if (!quotas?.active) return null;
+    // Budgets alone: no free call to take, so no hold id to mint (a random nonce per call) and no store step.
+    if (!quotas?.hasAllowances) return null;
     const deadline = this.#deps.now() + this.#deps.settings.callDeadlineMs + 5_000;
     const hold = await quotas.holdAllowance({ tool: priced.call.name, sku: priced.price.sku, cost: priced.price.cost }, quotaCaller(priced, null), mintNonce(), deadline);
     if (hold === null) return null;

@@ -4,7 +4,7 @@
 // Counters are keyed by name + subject + window, never by the config generation: a hot reload that
 // changes a cap applies it to new calls while the counts go on (§18).
 import type { AllowanceConfig, BudgetConfig } from '../config/schema.js';
-import type { QuotaCounter, QuotaDecision, QuotaDraw, QuotaUsage, Store } from '../store/store.js';
+import type { HeldQuotas, QuotaCounter, QuotaDecision, QuotaDraw, QuotaRequest, QuotaUsage, Store } from '../store/store.js';
 import { quotaWindowStart } from '../store/store.js';
 import { challengeThrottleKey } from './client-key.js';
 
@@ -23,9 +23,12 @@ export interface QuotaCaller {
 }
 
 /** A call's draws held in the store until the call's outcome (its id is the credit reservation's, or the allowance call's own). */
-export interface QuotaHold {
-  holdId: string;
-  counters: QuotaCounter[];
+export type QuotaHold = HeldQuotas;
+
+/** A call's budget draws for the store, and the hold they make once drawn. */
+export interface BudgetRequest {
+  request: Omit<QuotaRequest, 'attempt'>;
+  hold: QuotaHold;
 }
 
 /** The allowance a call is served under, and its counter (for the receipt's `remaining`). */
@@ -88,6 +91,11 @@ export class Quotas {
     return this.#rules.budgets.length > 0 || this.#rules.allowances.length > 0;
   }
 
+  /** False when no allowance is configured: no priced call can be a free one. */
+  get hasAllowances(): boolean {
+    return this.#rules.allowances.length > 0;
+  }
+
   /** The budgets counting this call, and the subject of each (budgets whose subject the caller lacks are left out). */
   budgetDraws(call: QuotaCall, caller: QuotaCaller, credits: number, now: number): QuotaDraw[] {
     const draws: QuotaDraw[] = [];
@@ -95,7 +103,7 @@ export class Quotas {
       if (!ruleCovers(budget, call, this.#server)) continue;
       const subject = quotaSubject(budget.per, caller);
       if (subject === null) continue;
-      draws.push({ ...counter(BUDGET + budget.name, subject, budget.window, now), calls: 1, credits, maxCalls: budget.maxCalls ?? null, maxCredits: budget.maxCredits ?? null });
+      draws.push(drawOf(BUDGET + budget.name, subject, budget.window, now, credits, budget.maxCalls ?? null, budget.maxCredits ?? null));
     }
     return draws;
   }
@@ -106,22 +114,31 @@ export class Quotas {
       if (!ruleCovers(allowance, call, this.#server)) continue;
       const subject = quotaSubject(allowance.per, caller);
       if (subject === null) continue;
-      return { draw: { ...counter(ALLOWANCE + allowance.name, subject, allowance.window, now), calls: 1, credits: 0, maxCalls: allowance.freeCalls, maxCredits: null }, allowance };
+      return { draw: drawOf(ALLOWANCE + allowance.name, subject, allowance.window, now, 0, allowance.freeCalls, null), allowance };
     }
     return null;
   }
 
   /**
-   * §23: the budgets of a call about to reserve `cost` credits, held until it is concluded (null: no
-   * budget counts it), or the budget it would go over. Throws when the store fails (the caller refuses).
+   * §23: the budgets of a call about to reserve `cost` credits, as the store takes them beside the
+   * reservation (`SpendRequest.quotas`) and the hold they become (null: no budget counts the call).
    */
-  async holdBudgets(call: QuotaCall, caller: QuotaCaller, holdId: string, deadline: number): Promise<QuotaHold | BudgetExceeded | null> {
-    const now = this.#deps.now();
-    const draws = this.budgetDraws(call, caller, call.cost, now);
+  budgetRequest(call: QuotaCall, caller: QuotaCaller, holdId: string, deadline: number): BudgetRequest | null {
+    const draws = this.budgetDraws(call, caller, call.cost, this.#deps.now());
     if (draws.length === 0) return null;
+    return { request: { holdId, draws, deadline }, hold: { holdId, counters: draws.map(counterOf) } };
+  }
+
+  /** Holds a call's budgets on their own (Redis Cluster: not in the credit's slot), or names the budget over its cap. Throws when the store fails. */
+  async hold(budgets: BudgetRequest): Promise<QuotaHold | BudgetExceeded> {
+    const { holdId, draws, deadline } = budgets.request;
     const decision = await this.#reserve(holdId, draws, deadline);
-    if (decision.kind === 'exceeded') return exceeded(decision.name, decision.resetsAt, now);
-    return { holdId, counters: draws.map(counterOf) };
+    return decision.kind === 'exceeded' ? this.refusal(decision) : budgets.hold;
+  }
+
+  /** The refusal for a budget counter the store found over its cap. */
+  refusal(over: { name: string; resetsAt: number }): BudgetExceeded {
+    return exceeded(over.name, over.resetsAt, this.#deps.now());
   }
 
   /**
@@ -196,6 +213,15 @@ export class Quotas {
 
 function counter(name: string, subject: string, windowMs: number, now: number): QuotaCounter {
   return { name, subject, windowMs, windowStart: quotaWindowStart(now, windowMs) };
+}
+
+/**
+ * One call's draw on a counter, built as one literal: this runs on every priced call, and spreading
+ * `counter()` into it measured 4.4 µs a draw (V8's generic object-spread path plus the garbage) against
+ * well under 1 µs this way (bench/RESULTS.md, "Budget in the credit's step").
+ */
+function drawOf(name: string, subject: string, windowMs: number, now: number, credits: number, maxCalls: number | null, maxCredits: number | null): QuotaDraw {
+  return { name, subject, windowMs, windowStart: quotaWindowStart(now, windowMs), calls: 1, credits, maxCalls, maxCredits };
 }
 
 function counterOf(draw: QuotaDraw): QuotaCounter {

@@ -11,7 +11,7 @@
 // expired (an access or the sweep): its `expire` ledger entries and the loss of its credits happen together.
 
 import type { BucketParams } from './policy.js';
-import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
+import type { HeldQuotas, QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
 import { MemoryQuotas } from './memory/quotas.js';
 import { MemoryIdempotency } from './memory/idempotency.js';
 import type { IdempotentBegin, IdempotentClaim } from './store.js';
@@ -43,13 +43,13 @@ export class MemoryStore implements Store {
 
   constructor(options: { now?: () => number; ledgerRetentionMs?: number } = {}) {
     this.core = new MemoryCore(options);
-    this.handleOps = new MemoryHandles(this.core);
+    this.quotas = new MemoryQuotas(this.core.clock);
+    this.handleOps = new MemoryHandles(this.core, this.quotas);
     this.chargeOps = new MemoryCharges(this.core);
     this.coordination = new MemoryCoordination(this.core);
     this.ledgerReads = new MemoryLedgerReads(this.core);
     this.x402 = new MemoryX402(this.core);
     this.requests = new MemoryRequests(this.core);
-    this.quotas = new MemoryQuotas(this.core.clock);
     this.idempotency = new MemoryIdempotency(() => this.core.now());
     this.core.sweepers.push((now) => this.idempotency.sweep(now));
   }
@@ -68,16 +68,19 @@ export class MemoryStore implements Store {
     return this.handleOps.findHandlesByFingerprint(fingerprint);
   }
 
+  /** One process holds everything: a call's budget draws go in its credit's own step. */
+  readonly quotasWithCredits: boolean = true;
+
   reserve(request: SpendRequest): Promise<SpendDecision> {
     return this.handleOps.reserve(request);
   }
 
-  commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt): Promise<number | null> {
-    return this.handleOps.commit(handleHash, reservationId, tool, attempt);
+  commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null> {
+    return this.handleOps.commit(handleHash, reservationId, tool, attempt, quotas);
   }
 
-  release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null> {
-    return this.handleOps.release(handleHash, reservationId, attempt);
+  release(handleHash: string, reservationId: string, attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null> {
+    return this.handleOps.release(handleHash, reservationId, attempt, quotas);
   }
 
   releaseStaleReservations(now: number, limit: number): Promise<number> {

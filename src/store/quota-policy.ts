@@ -40,6 +40,10 @@ export function withinCaps(used: { calls: number; credits: number }, draw: Quota
 
 /** Groups counters (or draws) by subject, subjects in ascending order: the order every store draws in. */
 export function bySubject<T extends QuotaCounter>(counters: readonly T[]): [string, T[]][] {
+  // The usual call: one budget, or several of one subject. No map and no sort then (this runs twice per paid call).
+  const first = counters[0];
+  if (first === undefined) return [];
+  if (counters.every((counter) => counter.subject === first.subject)) return [[first.subject, counters.slice()]];
   const groups = new Map<string, T[]>();
   for (const counter of counters) {
     let group = groups.get(counter.subject);

@@ -15,7 +15,7 @@ import { KeySpace } from './keys.js';
 import { LEDGER_RETENTION_MS } from './policy.js';
 import { openRedisClient } from './redis-connection.js';
 import { slotTags } from './slots.js';
-import type { QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
+import type { HeldQuotas, QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from './store.js';
 import { RedisQuotas } from './redis/quotas.js';
 import { RedisIdempotency } from './redis/idempotency.js';
 import type { IdempotentBegin, IdempotentClaim } from './store.js';
@@ -101,16 +101,21 @@ export class RedisStore implements Store {
     return this.handleOps.findHandlesByFingerprint(fingerprint);
   }
 
+  /** Outside Cluster every key is on the one primary, so the credit scripts carry the budget parts too. */
+  get quotasWithCredits(): boolean {
+    return !this.core.clustered;
+  }
+
   reserve(request: SpendRequest): Promise<SpendDecision> {
     return this.handleOps.reserve(request);
   }
 
-  commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt): Promise<number | null> {
-    return this.handleOps.commit(handleHash, reservationId, tool, attempt);
+  commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null> {
+    return this.handleOps.commit(handleHash, reservationId, tool, attempt, quotas);
   }
 
-  release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null> {
-    return this.handleOps.release(handleHash, reservationId, attempt);
+  release(handleHash: string, reservationId: string, attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null> {
+    return this.handleOps.release(handleHash, reservationId, attempt, quotas);
   }
 
   releaseStaleReservations(now: number, limit: number): Promise<number> {

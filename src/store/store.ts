@@ -70,6 +70,18 @@ export interface SpendRequest {
   bucket: { ratePerSecond: number; burst: number } | null;
   /** See `Attempt`. */
   attempt?: Attempt;
+  /**
+   * The call's budget draws (SPEC §23), only where `quotasWithCredits`: checked before anything else
+   * (over a cap: `quota_exceeded`, no rate token taken, no credit moved) and drawn, held under
+   * `quotas.holdId`, only when the credit is reserved, all in the same atomic step.
+   */
+  quotas?: Omit<QuotaRequest, 'attempt'>;
+}
+
+/** A hold's counters, to conclude with the reservation they were drawn beside (commit / release `quotas`). */
+export interface HeldQuotas {
+  holdId: string;
+  counters: QuotaCounter[];
 }
 
 /**
@@ -88,7 +100,9 @@ export type SpendDecision =
   | { kind: 'bound_to_other_principal' }
   | { kind: 'rate_limited'; retryAfterMs: number }
   | { kind: 'insufficient'; balance: number; funded: boolean; pending: ChargeRecord | null; lastCharge: ChargeRecord | null }
-  | { kind: 'reserved'; remaining: number };
+  | { kind: 'reserved'; remaining: number }
+  /** Only for a request with `quotas`: the first draw over its cap, as `reserveQuotas` names it. */
+  | ({ kind: 'quota_exceeded' } & Omit<Extract<QuotaDecision, { kind: 'exceeded' }>, 'kind'>);
 
 export interface OpenChargeRequest {
   handleHash: string;
@@ -128,16 +142,27 @@ export interface Store {
   getHandle(handleHash: string): Promise<HandleState | null>;
   /** Operator look-up: the hashes of live handles with this fingerprint (usually one). */
   findHandlesByFingerprint(fingerprint: string): Promise<string[]>;
-  /** §6.2 steps 3–6 in one atomic step: existence, binding, token bucket, reserve `cost`, slide. */
+  /**
+   * True when reserve, commit and release take a call's budget hold (`SpendRequest.quotas`, `quotas`)
+   * into their own atomic step (memory; Redis standalone and Sentinel). False in Redis Cluster, where
+   * the counters live in other slots than the handle: the caller then holds and concludes them with
+   * reserveQuotas / concludeQuotas beside the credit (§23's cross-slot order), and passes none here.
+   */
+  readonly quotasWithCredits: boolean;
+  /** §6.2 steps 3–6 in one atomic step: (budgets,) existence, binding, token bucket, reserve `cost`, slide. */
   reserve(request: SpendRequest): Promise<SpendDecision>;
   /**
    * Makes a reservation final and writes its `spend` ledger entry (with `tool`, when given) in the
    * same atomic step; returns the balance left (net of other reservations), or null if it no longer
-   * exists (or the handle's life ended: the expiry step then writes its credits off).
+   * exists (or the handle's life ended: the expiry step then writes its credits off). `quotas` (only
+   * where `quotasWithCredits`) are committed in the same step; on null they are left as they are.
    */
-  commit(handleHash: string, reservationId: string, tool?: string, attempt?: Attempt): Promise<number | null>;
-  /** Gives a reservation's credits back; returns the balance, or null if it no longer exists (already committed/released). */
-  release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null>;
+  commit(handleHash: string, reservationId: string, tool?: string, attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null>;
+  /**
+   * Gives a reservation's credits back; returns the balance, or null if it no longer exists (already
+   * committed/released). `quotas` as for commit, given back in the same step.
+   */
+  release(handleHash: string, reservationId: string, attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null>;
   /** Reservations whose deadline passed (a gateway died mid-call) are released; returns how many. */
   releaseStaleReservations(now: number, limit: number): Promise<number>;
   /** Grants credits outside a settlement (operator `credits grant`) with its `adjust` ledger entry; returns the new balance. */

@@ -4,9 +4,16 @@
 import t from 'tap';
 import { MemoryStore } from '../../src/store/memory.js';
 import { CallerPriceList } from '../../src/paywall/price-list.js';
-import { Quotas } from '../../src/paywall/quotas.js';
+import { Quotas, type BudgetExceeded, type QuotaHold } from '../../src/paywall/quotas.js';
 import { hashHandle, mintHandle } from '../../src/paywall/handles.js';
 import type { PriceTag } from '../../src/mcp/tools-list.js';
+
+/** A call's budgets held on their own, as the paywall does in Redis Cluster (null: no budget counts it). */
+async function holdBudgets(q: Quotas, ...[call, caller, holdId, deadline]: Parameters<Quotas['budgetRequest']>): Promise<QuotaHold | BudgetExceeded | null> {
+  const budgets = q.budgetRequest(call, caller, holdId, deadline);
+  return budgets ? q.hold(budgets) : null;
+}
+
 
 const tag = (cost: number): PriceTag => ({ sku: 'research', cost, amount: '5.00', currency: 'USDC', credits: 3, label: 'R', charge: 'success' });
 
@@ -45,7 +52,7 @@ t.test('a free call left makes a tool affordable; a spent budget makes it unaffo
   const { list, handle, quotas } = await setup({ budgets: [{ name: 'one', per: 'principal', tools: ['fetch_readable'], window: 3_600_000, maxCalls: 1 }], allowances: [{ name: 'trial', per: 'client', tools: ['costly'], window: 3_600_000, freeCalls: 1 }] });
   const caller = { principal: 'sub:alice', handleHash: null, clientKey: 'p:sub:alice' };
   t.same((await list.forCaller({ ...caller, handle })).get('fetch_readable')?.budgetRemaining, 1);
-  const hold = await quotas.holdBudgets({ tool: 'fetch_readable', sku: 'research', cost: 1 }, caller, 'r1', Date.now() + 60_000);
+  const hold = await holdBudgets(quotas, { tool: 'fetch_readable', sku: 'research', cost: 1 }, caller, 'r1', Date.now() + 60_000);
   await quotas.conclude(hold as never, true);
   const prices = await list.forCaller({ principal: 'sub:alice', clientKey: 'p:sub:alice', handle });
   t.same(prices.get('costly'), { balance: 1, allowanceRemaining: 1, budgetRemaining: null, affordable: true });

@@ -2,8 +2,15 @@
 // and what the store's answer means for the call — against the real memory store.
 import t from 'tap';
 import { MemoryStore } from '../../src/store/memory.js';
-import { isBudgetExceeded, quotaSubject, Quotas, ruleCovers, type QuotaHold } from '../../src/paywall/quotas.js';
+import { isBudgetExceeded, quotaSubject, Quotas, ruleCovers, type BudgetExceeded, type QuotaHold } from '../../src/paywall/quotas.js';
 import type { AllowanceConfig, BudgetConfig } from '../../src/config/schema.js';
+
+/** A call's budgets held on their own, as the paywall does in Redis Cluster (null: no budget counts it). */
+async function holdBudgets(q: Quotas, ...[call, caller, holdId, deadline]: Parameters<Quotas['budgetRequest']>): Promise<QuotaHold | BudgetExceeded | null> {
+  const budgets = q.budgetRequest(call, caller, holdId, deadline);
+  return budgets ? q.hold(budgets) : null;
+}
+
 
 const HOUR = 3_600_000;
 const call = { tool: 'fetch_readable', sku: 'research', cost: 2 };
@@ -52,22 +59,22 @@ t.test('budget draws: one per covering budget the caller has a subject for, wind
   t.same(q.budgetDraws(call, { ...caller, handleHash: null }, 2, now()).map((d) => d.name), ['budget:daily'], 'no handle: the per-handle budget cannot count the call');
 });
 
-t.test('holdBudgets: held until concluded; over a cap → the budget, its window end and the wait', async (t) => {
+t.test('budgetRequest + hold: held until concluded; over a cap → the budget, its window end and the wait', async (t) => {
   const { q, store, setNow } = quotas([{ name: 'hourly', per: 'handle', window: HOUR, maxCalls: 2 }]);
-  const first = await q.holdBudgets(call, caller, 'r1', Date.now() + 60_000);
-  const second = await q.holdBudgets(call, caller, 'r2', Date.now() + 60_000);
+  const first = await holdBudgets(q, call, caller, 'r1', Date.now() + 60_000);
+  const second = await holdBudgets(q, call, caller, 'r2', Date.now() + 60_000);
   t.notOk(isBudgetExceeded(first));
   t.notOk(isBudgetExceeded(second));
-  const third = await q.holdBudgets(call, caller, 'r3', Date.now() + 60_000);
+  const third = await holdBudgets(q, call, caller, 'r3', Date.now() + 60_000);
   t.same(third, { kind: 'budget_exceeded', budget: 'hourly', resetsAt: Date.UTC(2026, 0, 1, 11), retryAfterSeconds: 1800 }, 'held draws count toward the cap');
   await q.conclude(second as QuotaHold, false);
-  t.notOk(isBudgetExceeded(await q.holdBudgets(call, caller, 'r4', Date.now() + 60_000)), 'a released hold gives its call back');
+  t.notOk(isBudgetExceeded(await holdBudgets(q, call, caller, 'r4', Date.now() + 60_000)), 'a released hold gives its call back');
   await q.conclude(first as QuotaHold, true);
   t.same((await store.quotaUsage([{ name: 'budget:hourly', subject: 'h:hash1', windowMs: HOUR, windowStart: Date.UTC(2026, 0, 1, 10) }]))[0]?.calls, 2);
   setNow(Date.UTC(2026, 0, 1, 11, 0, 1));
-  t.notOk(isBudgetExceeded(await q.holdBudgets(call, caller, 'r5', Date.now() + 60_000)), 'a new window');
+  t.notOk(isBudgetExceeded(await holdBudgets(q, call, caller, 'r5', Date.now() + 60_000)), 'a new window');
   const none = quotas([]);
-  t.equal(await none.q.holdBudgets(call, caller, 'x', 0), null, 'no budget: nothing held');
+  t.equal(await holdBudgets(none.q, call, caller, 'x', 0), null, 'no budget: nothing held');
   t.notOk(none.q.active);
 });
 
@@ -88,7 +95,7 @@ t.test('holdAllowance: a free call with the budgets that count it; used up → n
 t.test('remainingFor: free calls and budget left (the smaller of calls and credits, in calls of this tool)', async (t) => {
   const { q } = quotas([{ name: 'b', per: 'handle', window: HOUR, maxCalls: 10, maxCredits: 7 }], [{ name: 'trial', per: 'client', tools: ['costly'], window: HOUR, freeCalls: 3 }]);
   t.same(await q.remainingFor(call, caller), { allowanceRemaining: null, budgetRemaining: 3 }, '7 credits at 2 a call: 3 calls');
-  await q.conclude((await q.holdBudgets(call, caller, 'r1', Date.now() + 60_000)) as QuotaHold, true);
+  await q.conclude((await holdBudgets(q, call, caller, 'r1', Date.now() + 60_000)) as QuotaHold, true);
   t.same(await q.remainingFor(call, caller), { allowanceRemaining: null, budgetRemaining: 2 });
   t.same(await q.remainingFor({ tool: 'costly', sku: 'research', cost: 1 }, caller), { allowanceRemaining: 3, budgetRemaining: 5 });
   t.same(await q.remainingFor(call, { ...caller, handleHash: null }), { allowanceRemaining: null, budgetRemaining: null }, 'nothing covers it for this caller');

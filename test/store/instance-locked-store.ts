@@ -15,6 +15,8 @@ export class SharedBooks {
 }
 
 export class InstanceLockedStore extends MemoryStore {
+  /** Its own reserve knows nothing of budgets: a paywall holds them beside, with MemoryStore's quota methods. */
+  override readonly quotasWithCredits = false;
   #lock: Promise<unknown> = Promise.resolve();
 
   constructor(

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
 import { RedisStore } from '../../src/store/redis.js';
+import { quotaWindowStart } from '../../src/store/store.js';
 import { startCuttableProxy } from '../helpers/cuttable-proxy.js';
 import { startRedis } from '../helpers/redis-server.js';
 
@@ -57,6 +58,25 @@ t.test('a commit whose reply was lost spends once, writes one spend entry and an
   t.equal(await balanceOf(handleHash), 3);
   const entries = await store.ledgerTail(handleHash, 10);
   t.same(entries.map((entry) => [entry.kind, entry.credits, entry.balanceAfter]), [['adjust', 5, 5], ['spend', -2, 3]], 'one spend entry');
+});
+
+t.test('a reserve and a commit carrying a budget, each reply lost: the credit and the budget move once', async (t) => {
+  const handleHash = await fundedHandle(5);
+  const now = Date.now();
+  const counter = { name: 'budget:cap', subject: `h:${handleHash}`, windowMs: 86_400_000, windowStart: quotaWindowStart(now, 86_400_000) };
+  const quotas = { holdId: 'q1', draws: [{ ...counter, calls: 1, credits: 2, maxCalls: 1, maxCredits: null }], deadline: now + 60_000 };
+  let before = proxy.swallowed;
+  proxy.cutNextReply();
+  t.same(await store.reserve({ ...spend(handleHash, 'q1', 2), quotas }), { kind: 'reserved', remaining: 3 });
+  t.equal(proxy.swallowed, before + 1, "the reserve's first reply was lost");
+  t.match(await store.quotaUsage([counter]), [{ calls: 1, credits: 2 }], 'the budget was drawn once (maxCalls 1: a second draw would have refused the re-run)');
+  before = proxy.swallowed;
+  proxy.cutNextReply();
+  t.equal(await store.commit(handleHash, 'q1', 'fetch_readable', undefined, { holdId: 'q1', counters: [counter] }), 3);
+  t.equal(proxy.swallowed, before + 1, "the commit's first reply was lost");
+  t.equal(await balanceOf(handleHash), 3);
+  t.match(await store.quotaUsage([counter]), [{ calls: 1, credits: 2 }], 'committed: the draw stays');
+  t.equal(await store.releaseStaleQuotas(now + 3_600_000, 100), 0, 'and its hold ended with the commit');
 });
 
 t.test('a claim whose reply was lost grants once and tells its caller it claimed', async (t) => {

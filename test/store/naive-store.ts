@@ -8,6 +8,8 @@ import type { HandleState, IdempotentBegin, IdempotentClaim, SpendDecision, Spen
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 export class NaiveStore extends MemoryStore {
+  /** Its own reserve knows nothing of budgets: a paywall holds them beside, with MemoryStore's quota methods. */
+  override readonly quotasWithCredits = false;
   private readonly ledger = new Map<string, Map<string, number>>();
   private readonly held = new Map<string, { handleHash: string; sku: string; cost: number }>();
   private readonly slots = new Map<string, IdempotentClaim>();

@@ -4,7 +4,7 @@
 // sweep, and usage reads.
 import { randomBytes } from 'node:crypto';
 import type { Test } from 'tap';
-import { quotaWindowStart, type QuotaCounter, type QuotaDraw, type QuotaRequest, type Store } from '../../src/store/store.js';
+import { quotaWindowStart, type HeldQuotas, type QuotaCounter, type QuotaDraw, type QuotaRequest, type SpendRequest, type Store } from '../../src/store/store.js';
 import type { StoreFixture } from './conformance.js';
 
 type Behaviour = (title: string, body: (f: StoreFixture, t: Test) => Promise<void>) => void;
@@ -223,4 +223,123 @@ export function quotaBehaviours(behaviour: Behaviour): void {
     ]);
     t.same(await f.store.quotaUsage([]), []);
   });
+
+  // ── a budget in the credit's own step (Store.quotasWithCredits: memory, Redis standalone) ────────────
+  // Redis Cluster holds budgets beside the credit instead (their slots differ): redis-cluster.test.ts
+  // checks that it says so and refuses budget parts in a credit call.
+
+  behaviour('quotas with credits: a budget over its cap refuses first: no rate token, no credit, nothing drawn', async (f, t) => {
+    if (!withCredits(f, t)) return;
+    const now = f.clock.now();
+    const handleHash = await f.handle({ credits: 5 });
+    const open = draw(now, { subject: `h:${handleHash}`, credits: 1 });
+    const full = draw(now, { maxCalls: 0 });
+    const oneToken = { ratePerSecond: 0.001, burst: 1 };
+    const refused = await f.store.reserve(f.spendRequest(handleHash, { bucket: oneToken, quotas: quotaRequest(now, [open, full]) }));
+    t.same(refused, { kind: 'quota_exceeded', name: full.name, subject: full.subject, resetsAt: full.windowStart + full.windowMs, usedCalls: 0, usedCredits: 0 });
+    t.same(await used(f.store, open), { calls: 0, credits: 0 }, 'the counter that had room drew nothing');
+    t.same((await f.store.getHandle(handleHash))?.balances, { research: 5 }, 'no credit moved');
+    t.match(await f.spend(handleHash, { bucket: oneToken }), { kind: 'reserved', remaining: 4 }, 'the one rate token was still there');
+  });
+
+  behaviour('quotas with credits: the budget is drawn only when the credit is reserved', async (f, t) => {
+    if (!withCredits(f, t)) return;
+    const now = f.clock.now();
+    const principal = randomId('p');
+    const cap = draw(now, { subject: `p:${principal}`, credits: 1, maxCalls: 10 });
+    const poor = await f.handle({ credits: 0 });
+    t.match(await f.spend(poor, { quotas: quotaRequest(now, [cap]) }), { kind: 'insufficient' });
+    t.match(await f.spend(randomId('h_'), { quotas: quotaRequest(now, [cap]) }), { kind: 'unknown_handle' });
+    const bound = await f.handle({ credits: 5, principal: 'someone-else' });
+    t.match(await f.spend(bound, { principal, quotas: quotaRequest(now, [cap]) }), { kind: 'bound_to_other_principal' });
+    const limited = await f.handle({ credits: 5 });
+    await f.spend(limited, { bucket: { ratePerSecond: 0.001, burst: 1 } });
+    t.match(await f.spend(limited, { bucket: { ratePerSecond: 0.001, burst: 1 }, quotas: quotaRequest(now, [cap]) }), { kind: 'rate_limited' });
+    t.same(await used(f.store, cap), { calls: 0, credits: 0 }, 'no refused call drew on the budget');
+    const rich = await f.handle({ credits: 5 });
+    const request = quotaRequest(now, [cap, draw(now, { subject: `h:${rich}`, name: 'budget:per-handle' })]);
+    t.match(await f.spend(rich, { quotas: request }), { kind: 'reserved', remaining: 4 });
+    t.same(await used(f.store, cap), { calls: 1, credits: 1 });
+    t.same(await f.store.reserveQuotas({ ...request, attempt: 'later' }), { kind: 'held' }, 'the hold is there under its id');
+    t.same(await used(f.store, cap), { calls: 1, credits: 1 }, 'and is never drawn twice');
+  });
+
+  behaviour('quotas with credits: concurrent calls against maxCalls 7 with ample credits reserve exactly 7', async (f, t) => {
+    if (!withCredits(f, t)) return;
+    const now = f.clock.now();
+    const handleHash = await f.handle({ credits: 100 });
+    const cap = draw(now, { subject: `h:${handleHash}`, credits: 1, maxCalls: 7 });
+    const decisions = await Promise.all(Array.from({ length: 40 }, () => f.spend(handleHash, { quotas: quotaRequest(now, [cap]) })));
+    t.equal(decisions.filter((d) => d.kind === 'reserved').length, 7);
+    t.equal(decisions.filter((d) => d.kind === 'quota_exceeded').length, 33);
+    t.same((await f.store.getHandle(handleHash))?.balances, { research: 93 });
+    t.same(await used(f.store, cap), { calls: 7, credits: 7 });
+  });
+
+  behaviour('quotas with credits: commit keeps the draws and ends the hold in its step; release gives them back', async (f, t) => {
+    if (!withCredits(f, t)) return;
+    const now = f.clock.now();
+    const handleHash = await f.handle({ credits: 5 });
+    const cap = draw(now, { subject: `h:${handleHash}`, credits: 2, maxCredits: 10 });
+    const kept = f.spendRequest(handleHash, { quotas: quotaRequest(now, [cap]) });
+    const gone = f.spendRequest(handleHash, { quotas: quotaRequest(now, [cap]) });
+    await f.store.reserve(kept);
+    await f.store.reserve(gone);
+    t.same(await used(f.store, cap), { calls: 2, credits: 4 });
+    t.equal(await f.store.commit(handleHash, kept.reservationId, 'fetch_readable', undefined, heldBy(kept)), 3);
+    t.equal(await f.store.release(handleHash, gone.reservationId, undefined, heldBy(gone)), 4);
+    t.same(await used(f.store, cap), { calls: 1, credits: 2 }, 'the committed call counts, the released one does not');
+    f.clock.advance(10 * MINUTE);
+    t.equal(await sweepQuotas(f.store, f.clock.now(), 1), 0, 'no hold is left for the stale sweep to give back');
+    t.same(await used(f.store, cap), { calls: 1, credits: 2 });
+  });
+
+  behaviour('quotas with credits: a commit or release that finds no reservation leaves the hold as it is', async (f, t) => {
+    if (!withCredits(f, t)) return;
+    const now = f.clock.now();
+    const handleHash = await f.handle({ credits: 5 });
+    const cap = draw(now, { subject: `h:${handleHash}`, credits: 1 });
+    const request = f.spendRequest(handleHash, { quotas: quotaRequest(now, [cap]) });
+    await f.store.reserve(request);
+    const hold = heldBy(request);
+    t.not(await f.store.release(handleHash, request.reservationId), null, 'concluded elsewhere, without its hold');
+    t.equal(await f.store.commit(handleHash, request.reservationId, '', undefined, hold), null);
+    t.equal(await f.store.release(handleHash, request.reservationId, undefined, hold), null);
+    t.same(await used(f.store, cap), { calls: 1, credits: 1 }, 'still held: its caller concludes it by how the credit went');
+    await f.store.concludeQuotas(hold.holdId, hold.counters, 'release');
+    t.same(await used(f.store, cap), { calls: 0, credits: 0 });
+  });
+
+  behaviour('quotas with credits: a re-run of the same attempt answers as the first run and moves once', async (f, t) => {
+    if (!withCredits(f, t)) return;
+    const now = f.clock.now();
+    const handleHash = await f.handle({ credits: 5 });
+    const cap = draw(now, { subject: `h:${handleHash}`, credits: 1, maxCalls: 1 });
+    const request = f.spendRequest(handleHash, { attempt: 'a1', quotas: quotaRequest(now, [cap]) });
+    const first = await f.store.reserve(request);
+    t.same(await f.store.reserve(request), first);
+    t.match(first, { kind: 'reserved', remaining: 4 });
+    const hold = heldBy(request);
+    t.equal(await f.store.commit(handleHash, request.reservationId, '', 'c1', hold), 4);
+    t.equal(await f.store.commit(handleHash, request.reservationId, '', 'c1', hold), 4);
+    t.same(await used(f.store, cap), { calls: 1, credits: 1 });
+    t.same((await f.store.getHandle(handleHash))?.balances, { research: 4 });
+    const refused = f.spendRequest(handleHash, { attempt: 'a2', quotas: quotaRequest(now, [cap]) });
+    const over = await f.store.reserve(refused);
+    t.match(over, { kind: 'quota_exceeded', usedCalls: 1 });
+    t.same(await f.store.reserve(refused), over);
+  });
+}
+
+/** The hold a credit request with budgets makes once reserved. */
+function heldBy(request: SpendRequest): HeldQuotas {
+  if (!request.quotas) throw new Error('a credit request without budgets holds none');
+  return { holdId: request.quotas.holdId, counters: request.quotas.draws.map(counterOf) };
+}
+
+/** False (and one passing assertion saying why) for a store that holds budgets beside the credit. */
+function withCredits(f: StoreFixture, t: Test): boolean {
+  if (f.store.quotasWithCredits) return true;
+  t.pass('this store holds budgets beside the credit (Redis Cluster): redis-cluster.test.ts checks it');
+  return false;
 }

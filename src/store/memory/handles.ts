@@ -1,13 +1,18 @@
 // Handles, reservations and grants in the memory store (SPEC §6, §8): create, read, reserve,
 // commit, release (and the stale sweep's release), operator grants. A commit and a grant write their
-// ledger entry in the same step (core.ts `appendEntry`).
+// ledger entry in the same step (core.ts `appendEntry`), and a call's budget hold (SPEC §23) is
+// checked, drawn and concluded in its credit's step (quotas.ts).
 import { GatewayError } from '../../errors.js';
 import { checkGrant, checkHandleTtl, newBucket, takeToken } from '../policy.js';
-import type { Attempt, HandleState, NewHandle, SpendDecision, SpendRequest } from '../store.js';
+import type { Attempt, HandleState, HeldQuotas, NewHandle, SpendDecision, SpendRequest } from '../store.js';
 import { MemoryCore, ownedOf, scopedKey } from './core.js';
+import type { MemoryQuotas } from './quotas.js';
 
 export class MemoryHandles {
-  constructor(private readonly core: MemoryCore) {}
+  constructor(
+    private readonly core: MemoryCore,
+    private readonly quotas: MemoryQuotas,
+  ) {}
 
   async createHandle(handle: NewHandle): Promise<void> {
     checkHandleTtl(handle.ttlMs);
@@ -51,10 +56,17 @@ export class MemoryHandles {
   }
 
   async reserve(request: SpendRequest): Promise<SpendDecision> {
-    return this.core.once(`r:${scopedKey(request.handleHash, request.reservationId)}`, request.attempt, () => this.reserveNow(request));
+    return this.core.once(`r:${scopedKey(request.handleHash, request.reservationId)}`, request.attempt, async () => this.reserveNow(request));
   }
 
-  private async reserveNow(request: SpendRequest): Promise<SpendDecision> {
+  /** Synchronous, so the budget check, the reservation and the budget draw are one step. */
+  private reserveNow(request: SpendRequest): SpendDecision {
+    // A budget over its cap refuses first: no rate token is taken, no credit moves (§23).
+    const quotas = request.quotas ? this.quotas.plan(request.quotas) : null;
+    if (quotas?.kind === 'exceeded') {
+      const { kind: _, ...refusal } = quotas;
+      return { kind: 'quota_exceeded', ...refusal };
+    }
     const now = this.core.now();
     const handle = this.core.liveHandle(request.handleHash, now);
     if (!handle) return { kind: 'unknown_handle' };
@@ -83,14 +95,19 @@ export class MemoryHandles {
     this.core.reservationIndex.set(scopedKey(request.handleHash, request.reservationId), { handleHash: request.handleHash, reservationId: request.reservationId });
     handle.expiresAt = now + request.ttlMs;
     this.core.extendLedger(request.handleHash, handle.expiresAt);
+    if (quotas) this.quotas.draw(quotas);
     return { kind: 'reserved', remaining };
   }
 
-  async commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt): Promise<number | null> {
-    return this.core.once(`c:${scopedKey(handleHash, reservationId)}`, attempt, () => this.commitNow(handleHash, reservationId, tool));
+  async commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null> {
+    return this.core.once(`c:${scopedKey(handleHash, reservationId)}`, attempt, async () => {
+      const balance = this.commitNow(handleHash, reservationId, tool);
+      if (balance !== null && quotas) this.quotas.concludeNow(quotas, 'commit');
+      return balance;
+    });
   }
 
-  private async commitNow(handleHash: string, reservationId: string, tool: string): Promise<number | null> {
+  private commitNow(handleHash: string, reservationId: string, tool: string): number | null {
     const now = this.core.now();
     const handle = this.core.liveHandle(handleHash, now);
     const reservation = this.core.takeReservation(handleHash, handle, reservationId);
@@ -106,8 +123,12 @@ export class MemoryHandles {
     return handle.balances.get(reservation.sku) ?? 0;
   }
 
-  async release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null> {
-    return this.core.once(`l:${scopedKey(handleHash, reservationId)}`, attempt, async () => this.core.releaseReservation(handleHash, reservationId, this.core.now()));
+  async release(handleHash: string, reservationId: string, attempt?: Attempt, quotas?: HeldQuotas): Promise<number | null> {
+    return this.core.once(`l:${scopedKey(handleHash, reservationId)}`, attempt, async () => {
+      const balance = this.core.releaseReservation(handleHash, reservationId, this.core.now());
+      if (balance !== null && quotas) this.quotas.concludeNow(quotas, 'release');
+      return balance;
+    });
   }
 
   async releaseStaleReservations(now: number, limit: number): Promise<number> {

@@ -5,7 +5,7 @@
 // both stores give the same answers (test/store/quota-conformance.ts).
 import { OP_RECORD_TTL_MS } from '../policy.js';
 import { bySubject, checkDraw, counterEnd, counterField, QUOTA_GRACE_MS, windowEnd, withinCaps } from '../quota-policy.js';
-import type { Attempt, QuotaCounter, QuotaDecision, QuotaRequest, QuotaUsage } from '../store.js';
+import type { Attempt, HeldQuotas, QuotaCounter, QuotaDecision, QuotaDraw, QuotaRequest, QuotaUsage } from '../store.js';
 
 const SWEEP_INTERVAL_MS = 60_000;
 
@@ -22,6 +22,14 @@ interface HoldPart {
   draws: Map<string, { calls: number; credits: number }>;
   /** When the part is forgotten even if nobody concluded it (the counters it drew on are gone by then). */
   endsAt: number;
+}
+
+/** What a reserve decided to draw, part by part (those already here left out), before it draws. */
+export interface QuotaPlan {
+  kind: 'plan';
+  holdId: string;
+  deadline: number;
+  parts: [string, QuotaDraw[]][];
 }
 
 const scoped = (subject: string, id: string): string => `${subject}\n${id}`;
@@ -43,10 +51,29 @@ export class MemoryQuotas {
 
   async concludeQuotas(holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', attempt?: Attempt): Promise<void> {
     this.once(`c:${holdId}`, attempt, () => {
-      const now = this.now();
-      for (const [subject] of bySubject(counters)) this.concludePart(subject, holdId, outcome, now);
+      this.concludeNow({ holdId, counters }, outcome);
       return 1;
     });
+  }
+
+  /**
+   * The first half of a reserve, for the credit step that holds a budget beside its reservation
+   * (handles.ts): the refusal, or what to draw once the credit is reserved (`draw`, in the same step).
+   */
+  plan(request: Omit<QuotaRequest, 'attempt'>): Extract<QuotaDecision, { kind: 'exceeded' }> | QuotaPlan {
+    for (const draw of request.draws) checkDraw(draw);
+    return this.planAt(request, this.now());
+  }
+
+  /** Draws what `plan` decided; must run in the same synchronous step as `plan`. */
+  draw(plan: QuotaPlan): void {
+    this.drawAt(plan, this.now());
+  }
+
+  /** Commits or releases a hold's parts at once (those already concluded or swept are left as they are). */
+  concludeNow(held: HeldQuotas, outcome: 'commit' | 'release'): void {
+    const now = this.now();
+    for (const [subject] of bySubject(held.counters)) this.concludePart(subject, held.holdId, outcome, now);
   }
 
   async holdQuotas(holdId: string, counters: QuotaCounter[], deadline: number): Promise<boolean> {
@@ -88,7 +115,14 @@ export class MemoryQuotas {
   private reserveNow(request: QuotaRequest): QuotaDecision {
     const now = this.now();
     // Decide first, then draw: one synchronous step, so nobody sees a half-drawn request.
-    const toDraw: [string, typeof request.draws][] = [];
+    const plan = this.planAt(request, now);
+    if (plan.kind === 'exceeded') return plan;
+    this.drawAt(plan, now);
+    return { kind: 'held' };
+  }
+
+  private planAt(request: Omit<QuotaRequest, 'attempt'>, now: number): Extract<QuotaDecision, { kind: 'exceeded' }> | QuotaPlan {
+    const parts: QuotaPlan['parts'] = [];
     for (const [subject, draws] of bySubject(request.draws)) {
       // A part already there is this hold's own earlier draw (a re-run): never drawn twice.
       if (this.livePart(subject, request.holdId, now)) continue;
@@ -103,10 +137,14 @@ export class MemoryQuotas {
         }
         pending.set(field, { calls: earlier.calls + draw.calls, credits: earlier.credits + draw.credits });
       }
-      toDraw.push([subject, draws]);
+      parts.push([subject, draws]);
     }
-    for (const [subject, draws] of toDraw) {
-      const part: HoldPart = { deadline: request.deadline, draws: new Map(), endsAt: request.deadline + QUOTA_GRACE_MS };
+    return { kind: 'plan', holdId: request.holdId, deadline: request.deadline, parts };
+  }
+
+  private drawAt(plan: QuotaPlan, now: number): void {
+    for (const [subject, draws] of plan.parts) {
+      const part: HoldPart = { deadline: plan.deadline, draws: new Map(), endsAt: plan.deadline + QUOTA_GRACE_MS };
       for (const draw of draws) {
         const field = counterField(draw);
         const key = scoped(subject, field);
@@ -118,9 +156,8 @@ export class MemoryQuotas {
         part.draws.set(field, { calls: drawn.calls + draw.calls, credits: drawn.credits + draw.credits });
         part.endsAt = Math.max(part.endsAt, counterEnd(draw));
       }
-      this.holds.set(scoped(subject, request.holdId), part);
+      this.holds.set(scoped(subject, plan.holdId), part);
     }
-    return { kind: 'held' };
   }
 
   /** Commit keeps the part's draws in its counters; release takes them out. Either way the part is gone. */

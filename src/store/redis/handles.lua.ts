@@ -1,6 +1,11 @@
 // Scripts on one handle's keys: KEYS[1] handle hash, KEYS[2] its reservations (and charges for
 // reserve). The reservation index is always a KEY of the script that changes a reservation: the
 // global zset outside Cluster mode, the shard of the handle's slot in Cluster mode (../README.md).
+// Outside Cluster, reserve, commit and release also carry the call's budget hold parts (SPEC §23,
+// quotas.lua.ts) after their own KEYS and ARGV: the budget is checked, drawn and concluded in the
+// credit's own step. In Cluster they carry none (the parts live in other slots) and the store runs
+// the quota scripts beside them.
+import { QUOTA_LUA } from './quotas.lua.js';
 
 /**
  * The fingerprint lives in the handle's own hash (field fp): the operator look-up scans handle keys
@@ -25,11 +30,15 @@ return 1
  * KEYS handle, reservations, charges, reservation index (global, or in Cluster the shard of the
  * handle's slot: either way in this script, §6.5), ledger, handle-expiry index (the same choice).
  * ARGV hasPrincipal, principal, sku, cost, reservationId, deadline, ttlMs, rate, burst, indexMember,
- * now, ledgerRetentionMs, handleHash.
+ * now, ledgerRetentionMs, handleHash; then the budget parts to draw (KEYS from 7, ARGV from 14).
+ * A budget over its cap refuses first, so the call takes no rate token and moves no credit (§23).
  */
-export const RESERVE = `
+export const RESERVE = `${QUOTA_LUA}
 local h = KEYS[1]
 local now = tonumber(ARGV[11])
+local quota_parts = read_quota_draws(7, 14)
+local over_part, over_draw, used_calls, used_credits = quota_over(quota_parts)
+if over_part then return {'quota_exceeded', over_part, over_draw, int(used_calls), int(used_credits)} end
 if not handle_live(h, now) then return {'unknown_handle'} end
 local owner = redis.call('HGET', h, 'p')
 if owner and (ARGV[1] ~= '1' or owner ~= ARGV[2]) then return {'bound_to_other_principal'} end
@@ -70,16 +79,19 @@ redis.call('PEXPIRE', KEYS[2], int(ttl + HANDLE_GRACE_MS))
 -- The slide moves the handle's end, so its expiry index entry and its ledger's end move with it.
 index_expiry(KEYS[6], ARGV[13], x, now)
 live_until(KEYS[5], x + tonumber(ARGV[12]), now)
+-- The budget draws only once the credit is reserved: a call refused for any reason consumes no budget.
+quota_draw(quota_parts, now)
 return {'reserved', remaining, fresh}
 `;
 
 /**
  * Makes a reservation final and writes its spend entry (ref: the reservation id). A handle past its life keeps its
  * reservations for the expiry step, which writes them off in its expire entry.
- * KEYS handle, reservations, reservation index, ledger. ARGV reservationId, indexMember, now, tool, ledgerRetentionMs.
- * Returns the balance or nil.
+ * KEYS handle, reservations, reservation index, ledger. ARGV reservationId, indexMember, now, tool, ledgerRetentionMs;
+ * then the budget parts to commit with it (KEYS from 5, ARGV from 6). Returns the balance or nil
+ * (nil: the reservation is not concluded here, and neither are the parts).
  */
-export const COMMIT = `
+export const COMMIT = `${QUOTA_LUA}
 local now = tonumber(ARGV[3])
 local r = redis.call('HGET', KEYS[2], ARGV[1])
 if not r then return false end
@@ -94,18 +106,25 @@ local balance = tonumber(redis.call('HGET', KEYS[1], 'b:' .. sku) or '0')
 local extra = {'r', ARGV[1]}
 if ARGV[4] ~= '' then extra = {'r', ARGV[1], 't', ARGV[4]} end
 ledger_append(KEYS[4], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'spend', sku, -tonumber(cost), balance + reserved_of(KEYS[2], sku), extra)
+quota_conclude(read_quota_holds(5, 6), 'commit')
 return balance
 `;
 
-/** KEYS handle, reservations, reservation index. ARGV reservationId, indexMember, now. Gives the credits back (no entry). */
-export const RELEASE = `
+/**
+ * KEYS handle, reservations, reservation index. ARGV reservationId, indexMember, now; then the budget
+ * parts to give back with it (KEYS from 4, ARGV from 4). Gives the credits back (no entry). Returns the
+ * balance or nil (nil: the reservation is not concluded here, and neither are the parts).
+ */
+export const RELEASE = `${QUOTA_LUA}
 local r = redis.call('HGET', KEYS[2], ARGV[1])
 if not r then return false end
 if not handle_live(KEYS[1], tonumber(ARGV[3])) then return false end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[2])
 local cost, sku = string.match(r, '^%S+ (%S+) (.*)$')
-return redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
+local balance = redis.call('HINCRBY', KEYS[1], 'b:' .. sku, cost)
+quota_conclude(read_quota_holds(4, 4), 'release')
+return balance
 `;
 
 /**

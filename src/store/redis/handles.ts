@@ -6,7 +6,9 @@ import { GatewayError } from '../../errors.js';
 import { indexMember, parseIndexMember } from '../keys.js';
 import { checkGrant, checkHandleTtl, RETENTION_MS } from '../policy.js';
 import { keySlot, SLOT_COUNT } from '../slots.js';
-import type { Attempt, HandleState, NewHandle, SpendDecision, SpendRequest } from '../store.js';
+import { bySubject, checkDraw } from '../quota-policy.js';
+import type { Attempt, HandleState, HeldQuotas, NewHandle, QuotaDraw, SpendDecision, SpendRequest } from '../store.js';
+import { drawParts, exceededAt, holdParts, type QuotaParts } from './quotas.js';
 import { ADMIN_SCAN_BUDGET_MS, asArray, LISTING_BUDGET_MS, newAttempt, parseCharge, PIPELINE_CHUNK, RedisCore, SCAN_COUNT, slotsByMaster, walkSlice } from './core.js';
 
 /** Cluster stale sweep: slots of the rotating walk read per pass (all 16 384 every 16 passes, ~48 s at 3 s ticks). */
@@ -68,13 +70,21 @@ export class RedisHandles {
     const ratePerSecond = request.bucket?.ratePerSecond ?? '';
     const burst = request.bucket?.burst ?? '';
     const args = [...principalArgs(request.principal), request.sku, request.cost, request.reservationId, request.reservationDeadline, request.ttlMs, ratePerSecond, burst, member, now, this.core.ledgerRetentionMs, request.handleHash];
-    // One script, one round trip, in every mode: the reservation and its index entry are written together.
+    // One script, one round trip, in every mode: the reservation and its index entry are written
+    // together, and outside Cluster the call's budget draws with them.
+    const groups: [string, QuotaDraw[]][] = request.quotas ? bySubject(request.quotas.draws) : [];
+    for (const [, draws] of groups) for (const draw of draws) checkDraw(draw);
+    const quotas = request.quotas ? this.quotaParts(drawParts(this.core.keys, false, request.quotas, groups)) : NO_PARTS;
     const index = this.core.keys.reservationIndexOf(request.handleHash, this.core.clustered);
     const expiry = this.core.keys.handleExpiryOf(request.handleHash, this.core.clustered);
     const opKey = this.core.keys.operation(request.handleHash, 'r', request.reservationId);
-    const reply = await this.core.call('reserve', () => this.core.once('tbReserve', opKey, request.attempt, [k.handle, k.reservations, k.charges, index, k.ledger, expiry], args));
+    const reply = await this.core.call('reserve', () => this.core.once('tbReserve', opKey, request.attempt, [k.handle, k.reservations, k.charges, index, k.ledger, expiry, ...quotas.keys], [...args, ...quotas.args]));
     const [kind, a, b, c, d] = asArray(reply);
     switch (kind) {
+      case 'quota_exceeded': {
+        const { kind: _, ...refusal } = exceededAt(groups, Number(a), Number(b), c, d);
+        return { kind, ...refusal };
+      }
       case 'unknown_handle':
       case 'bound_to_other_principal':
         return { kind };
@@ -92,14 +102,15 @@ export class RedisHandles {
     }
   }
 
-  async commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt): Promise<number | null> {
+  async commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt, held?: HeldQuotas): Promise<number | null> {
     const k = this.core.keys.handle(handleHash);
     const member = indexMember(handleHash, reservationId);
     const index = this.core.keys.reservationIndexOf(handleHash, this.core.clustered);
     const opKey = this.core.keys.operation(handleHash, 'c', reservationId);
+    const quotas = this.heldParts(held);
     return this.core.call('commit', async () => {
       const mark = await this.core.mark(k.handle);
-      const balance = await this.core.once('tbCommit', opKey, attempt, [k.handle, k.reservations, index, k.ledger], [reservationId, member, this.core.now(), tool, this.core.ledgerRetentionMs]);
+      const balance = await this.core.once('tbCommit', opKey, attempt, [k.handle, k.reservations, index, k.ledger, ...quotas.keys], [reservationId, member, this.core.now(), tool, this.core.ledgerRetentionMs, ...quotas.args]);
       if (balance === null) return null;
       // The result is delivered whatever WAIT says (the payer paid): an operator sees which spend a failover may have erased.
       if (!(await this.core.replicated(mark))) await this.core.reportUnreplicated('commit', handleHash);
@@ -107,13 +118,25 @@ export class RedisHandles {
     });
   }
 
-  async release(handleHash: string, reservationId: string, attempt?: Attempt): Promise<number | null> {
+  async release(handleHash: string, reservationId: string, attempt?: Attempt, held?: HeldQuotas): Promise<number | null> {
     const k = this.core.keys.handle(handleHash);
     const member = indexMember(handleHash, reservationId);
     const index = this.core.keys.reservationIndexOf(handleHash, this.core.clustered);
     const opKey = this.core.keys.operation(handleHash, 'l', reservationId);
-    const balance = await this.core.call('release', () => this.core.once('tbRelease', opKey, attempt, [k.handle, k.reservations, index], [reservationId, member, this.core.now()]));
+    const quotas = this.heldParts(held);
+    const balance = await this.core.call('release', () => this.core.once('tbRelease', opKey, attempt, [k.handle, k.reservations, index, ...quotas.keys], [reservationId, member, this.core.now(), ...quotas.args]));
     return balance === null ? null : Number(balance);
+  }
+
+  /** A budget hold concluded with its reservation (outside Cluster only: Store.quotasWithCredits). */
+  private heldParts(held: HeldQuotas | undefined): QuotaParts {
+    return held ? this.quotaParts(holdParts(this.core.keys, false, held.holdId, bySubject(held.counters))) : NO_PARTS;
+  }
+
+  /** Cluster keeps budget parts out of the credit scripts: they live in other slots (the caller holds them beside, §23). */
+  private quotaParts(parts: QuotaParts): QuotaParts {
+    if (this.core.clustered) throw new GatewayError('TB_ERR_INTERNAL', 'budget draws cannot join a credit script in Redis Cluster (Store.quotasWithCredits is false)');
+    return parts;
   }
 
   async releaseStaleReservations(now: number, limit: number): Promise<number> {
@@ -218,6 +241,9 @@ export class RedisHandles {
       .map(({ member }) => member);
   }
 }
+
+/** No budget parts: the scripts read a count of 0. */
+const NO_PARTS: QuotaParts = { keys: [], args: [0] };
 
 const principalArgs = (principal: string | null): [string, string] => (principal === null ? ['0', ''] : ['1', principal]);
 

@@ -42,10 +42,51 @@ const SWEEP_BUDGET_MS = 10_000;
 const newAttempt = (): Attempt => randomBytes(9).toString('base64url');
 
 /** When a hold part may be forgotten even if nobody concluded it: by then its counters are gone too, or its deadline long passed. */
-const holdEnd = (deadline: number, counters: readonly QuotaCounter[]): number => Math.max(deadline + QUOTA_GRACE_MS, ...counters.map(counterEnd));
+function holdEnd(deadline: number, counters: readonly QuotaCounter[]): number {
+  let end = deadline + QUOTA_GRACE_MS;
+  for (const counter of counters) end = Math.max(end, counterEnd(counter));
+  return end;
+}
+
+/** Hold parts in the KEYS and ARGV layout of quotas.lua.ts, to append after a script's own. */
+export interface QuotaParts {
+  keys: string[];
+  args: Arg[];
+}
+
+/** The draw layout: one part per subject, in subject order (quota-policy.ts `bySubject`). */
+export function drawParts(keys: KeySpace, clustered: boolean, request: Pick<QuotaRequest, 'holdId' | 'deadline'>, groups: readonly [string, QuotaDraw[]][]): QuotaParts {
+  const out: QuotaParts = { keys: [], args: [groups.length] };
+  for (const [subject, draws] of groups) {
+    out.keys.push(keys.quotaHold(subject, request.holdId), keys.quotaHoldIndexOf(subject, clustered), ...draws.map((draw) => keys.quotaCounter(subject, counterField(draw))));
+    out.args.push(quotaHoldMember(request.holdId, subject), request.deadline, holdEnd(request.deadline, draws), draws.length);
+    for (const draw of draws) out.args.push(counterField(draw), draw.calls, draw.credits, draw.maxCalls ?? '', draw.maxCredits ?? '', counterEnd(draw), windowEnd(draw));
+  }
+  return out;
+}
+
+/** The conclude layout: one part per subject, each counter once. */
+export function holdParts(keys: KeySpace, clustered: boolean, holdId: string, groups: readonly [string, QuotaCounter[]][]): QuotaParts {
+  const out: QuotaParts = { keys: [], args: [groups.length] };
+  for (const [subject, counters] of groups) {
+    const fields = distinct(counters).map(counterField);
+    out.keys.push(keys.quotaHold(subject, holdId), keys.quotaHoldIndexOf(subject, clustered), ...fields.map((field) => keys.quotaCounter(subject, field)));
+    out.args.push(quotaHoldMember(holdId, subject), fields.length, ...fields);
+  }
+  return out;
+}
+
+/** The refusal a reserve script names by part and draw position (1-based). */
+export function exceededAt(groups: readonly [string, QuotaDraw[]][], part: number, position: number, usedCalls: unknown, usedCredits: unknown): Extract<QuotaDecision, { kind: 'exceeded' }> {
+  const [subject, draws] = groups[part - 1] ?? ['', []];
+  const draw = draws[position - 1];
+  if (!draw) throw new GatewayError('TB_ERR_INTERNAL', `unexpected quota refusal from Redis: part ${part}, draw ${position}`);
+  return { kind: 'exceeded', name: draw.name, subject, resetsAt: windowEnd(draw), usedCalls: Number(usedCalls), usedCredits: Number(usedCredits) };
+}
 
 /** Each counter once, in the order given (a request may draw on one counter twice; its hold part keeps the sum). */
 function distinct<T extends QuotaCounter>(counters: readonly T[]): T[] {
+  if (counters.length < 2) return counters.slice();
   const seen = new Map<string, T>();
   for (const counter of counters) if (!seen.has(counterField(counter))) seen.set(counterField(counter), counter);
   return [...seen.values()];
@@ -133,25 +174,21 @@ export class RedisQuotas {
 
   private async reservePart(subject: string, draws: QuotaDraw[], request: QuotaRequest, attempt: Attempt): Promise<'drawn' | 'already' | Extract<QuotaDecision, { kind: 'exceeded' }>> {
     const { keys, clustered } = this.redis;
-    const counterKeys = draws.map((draw) => keys.quotaCounter(subject, counterField(draw)));
-    const perDraw = draws.flatMap((draw) => [counterField(draw), draw.calls, draw.credits, draw.maxCalls ?? '', draw.maxCredits ?? '', counterEnd(draw), windowEnd(draw)]);
-    const args = [quotaHoldMember(request.holdId, subject), request.deadline, holdEnd(request.deadline, draws), this.redis.now(), ...perDraw];
+    const groups: [string, QuotaDraw[]][] = [[subject, draws]];
+    const parts = drawParts(keys, clustered, request, groups);
     const opKey = keys.quotaOperation(subject, 'qr', request.holdId);
-    const reply = await this.redis.once('tbReserveQuotas', opKey, attempt, [keys.quotaHold(subject, request.holdId), keys.quotaHoldIndexOf(subject, clustered), ...counterKeys], args);
+    const reply = await this.redis.once('tbReserveQuotas', opKey, attempt, parts.keys, [this.redis.now(), ...parts.args]);
     const [kind, position, usedCalls, usedCredits] = Array.isArray(reply) ? reply : [reply];
     if (kind === 'held') return Number(position) === 1 ? 'drawn' : 'already';
-    const draw = draws[Number(position) - 1];
-    if (kind !== 'exceeded' || !draw) throw new GatewayError('TB_ERR_INTERNAL', `unexpected reserve-quotas reply from Redis: ${String(kind)}`);
-    return { kind: 'exceeded', name: draw.name, subject, resetsAt: windowEnd(draw), usedCalls: Number(usedCalls), usedCredits: Number(usedCredits) };
+    if (kind !== 'exceeded') throw new GatewayError('TB_ERR_INTERNAL', `unexpected reserve-quotas reply from Redis: ${String(kind)}`);
+    return exceededAt(groups, 1, Number(position), usedCalls, usedCredits);
   }
 
   /** Concludes one subject's part of a hold; `opKind` keeps the give-back of a refused request apart from the caller's conclusion. */
   private async concludePart(subject: string, holdId: string, counters: QuotaCounter[], outcome: 'commit' | 'release', opKind: string, attempt: Attempt): Promise<void> {
     const { keys, clustered } = this.redis;
-    const unique = distinct(counters);
-    const fields = unique.map(counterField);
-    const hold = [keys.quotaHold(subject, holdId), keys.quotaHoldIndexOf(subject, clustered)];
-    await this.redis.once('tbConcludeQuotas', keys.quotaOperation(subject, opKind, holdId), attempt, [...hold, ...fields.map((field) => keys.quotaCounter(subject, field))], [outcome, quotaHoldMember(holdId, subject), ...fields]);
+    const parts = holdParts(keys, clustered, holdId, [[subject, counters]]);
+    await this.redis.once('tbConcludeQuotas', keys.quotaOperation(subject, opKind, holdId), attempt, parts.keys, [outcome, ...parts.args]);
   }
 
   /**
