@@ -4,11 +4,17 @@
 // evidence for a lever (bench/RESULTS.md, "Optimisation log").
 //
 //   node --import tsx bench/ab.ts --a <build> --b <build> [--scenario paid-memory] [--rounds 10]
-//        [--duration 3] [--warmup 1] [--connections 32] [--a-config JSON] [--b-config JSON] [--no-pin]
+//        [--duration 3] [--warmup 1] [--connections 32] [--rate N] [--a-config JSON] [--b-config JSON] [--no-pin]
+//        [--profile DIR]
 //
 // <build>: `worktree` (this tree's dist/, built by `npm run build`), a directory holding a built
 // cli.js, or a git ref (its src/ is compiled into bench/.ab/<sha>/ once, next to node_modules).
 // --a-config / --b-config: JSON merged into that side's gateway config, e.g. '{"logging":{"level":"warn"}}'.
+// --rate N: each side is loaded evenly paced at N req/s (bench/paced.ts) instead of at its max rate, so
+// both do the same number of calls per second and CPU µs/req compares the work per call alone (at max
+// rate a side that makes Redis or the origin slower, on the load core, also changes how the gateway
+// batches its writes). --profile DIR: each side runs with `--cpu-prof` and writes <A|B>.cpuprofile
+// there when it stops (whole run: set the two side by side, both served the same calls when paced).
 // Scenarios: free, paid-memory, paid-redis, paid-oauth. Each side is pinned to core 1 like the bench
 // (one runs at a time; the other idles); load, origin and Redis are on core 0.
 import { spawnSync } from 'node:child_process';
@@ -84,6 +90,9 @@ async function main(argv: string[]): Promise<void> {
   const durationS = Number(option(argv, '--duration', '3'));
   const warmupS = Number(option(argv, '--warmup', '1'));
   const connections = Number(option(argv, '--connections', '32'));
+  const rate = option(argv, '--rate') === undefined ? undefined : Number(option(argv, '--rate'));
+  const paced = rate === undefined ? {} : { rate };
+  const profileDir = option(argv, '--profile');
   const sides: Side[] = (['A', 'B'] as const).map((label) => {
     const build = option(argv, `--${label.toLowerCase()}`, 'worktree') as string;
     return { label, build, cli: resolveBuild(build), config: JSON.parse(option(argv, `--${label.toLowerCase()}-config`, '{}') as string) as Record<string, unknown> };
@@ -91,7 +100,7 @@ async function main(argv: string[]): Promise<void> {
   const pinning = pinSelf(!argv.includes('--no-pin'));
   const workDir = mkdtempSync(join(tmpdir(), 'tb-ab-'));
   const log = (line: string): void => void process.stderr.write(`[ab] ${line}\n`);
-  log(`${scenario}, ${rounds} rounds of ${durationS} s (+${warmupS} s warm-up), ${connections} connections; ${pinning}`);
+  log(`${scenario}, ${rounds} rounds of ${durationS} s (+${warmupS} s warm-up), ${connections} connections, ${rate === undefined ? 'max rate' : `paced at ${rate} req/s`}; ${pinning}`);
 
   const children: Child[] = [];
   let redis: RedisServer | null = null;
@@ -116,7 +125,8 @@ async function main(argv: string[]): Promise<void> {
         const config = merge(gatewayConfig(port, originUrl, store, redis?.url ?? '', issuer), { ...side.config, ...(store === 'redis' ? { store: { type: 'redis', redis: { url: redis?.url, keyPrefix: `ab${index}:` } } } : {}) });
         const file = join(workDir, `${side.label}.yaml`);
         writeFileSync(file, JSON.stringify(config, null, 2));
-        const child = launch(`gateway-${side.label}`, SERVER_CORE, [process.execPath, side.cli, 'start', '--config', file], workDir);
+        const profile = profileDir ? ['--cpu-prof', '--cpu-prof-dir', resolve(profileDir), '--cpu-prof-name', `${side.label}.cpuprofile`] : [];
+        const child = launch(`gateway-${side.label}`, SERVER_CORE, [process.execPath, ...profile, side.cli, 'start', '--config', file], workDir);
         children.push(child);
         const originOf = `http://127.0.0.1:${port}`;
         await waitForHttp(`${originOf}/healthz`, child);
@@ -135,9 +145,9 @@ async function main(argv: string[]): Promise<void> {
       const order = round % 2 === 0 ? running : [...running].reverse();
       const partial: Partial<Record<'A' | 'B', { usPerReq: number; reqPerSec: number }>> = {};
       for (const gateway of order) {
-        if (warmupS > 0) await load(gateway.url, gateway.body, gateway.headers, { durationS: warmupS, connections });
+        if (warmupS > 0) await load(gateway.url, gateway.body, gateway.headers, { durationS: warmupS, connections, ...paced });
         const before = cpuMicros(gateway.child.pid);
-        const measured = await load(gateway.url, gateway.body, gateway.headers, { durationS, connections });
+        const measured = await load(gateway.url, gateway.body, gateway.headers, { durationS, connections, ...paced });
         if (measured.non2xx + measured.errors > 0) throw new Error(`${gateway.side.label}: ${measured.non2xx} non-2xx, ${measured.errors} errors`);
         partial[gateway.side.label] = { usPerReq: r1((cpuMicros(gateway.child.pid) - before) / Math.max(1, measured.requests)), reqPerSec: measured.reqPerSec };
       }
@@ -152,6 +162,7 @@ async function main(argv: string[]): Promise<void> {
       scenario,
       rounds,
       durationS,
+      rate: rate ?? 'max',
       A: { build: sides[0]?.build, config: sides[0]?.config, medianUsPerReq: r1(median(results.map((r) => r.A.usPerReq))), medianReqPerSec: Math.round(median(results.map((r) => r.A.reqPerSec))) },
       B: { build: sides[1]?.build, config: sides[1]?.config, medianUsPerReq: r1(median(results.map((r) => r.B.usPerReq))), medianReqPerSec: Math.round(median(results.map((r) => r.B.reqPerSec))) },
       roundsALower: aLower,

@@ -1,5 +1,5 @@
-// How many Redis commands a paid call costs, standalone and Cluster (src/store/README.md, "Round
-// trips of a paid call"). One in-process gateway per target (dev provider, the reconciler stopped so
+// How many Redis commands a paid call costs, standalone and Cluster, without and with a budget
+// counting every call (src/store/README.md, "Round trips of a paid call"). One in-process gateway per target (dev provider, the reconciler stopped so
 // only the calls count), a handle funded through the real checkout, then N paid calls one after the
 // other; INFO commandstats is reset before and read after on every node.
 //   node --import tsx bench/store-round-trips.ts [N]
@@ -33,9 +33,13 @@ async function resetStats(ports: number[]): Promise<void> {
   }
 }
 
-async function measure(label: string, redis: { url?: string; cluster?: string[] }, ports: number[]): Promise<void> {
+/** A per-handle budget every paid call draws on, caps far above what the run spends (SPEC §23). */
+const BUDGET = { budgets: [{ name: 'daily', per: 'handle' as const, tools: ['fetch_readable'], window: '1d', maxCalls: 1_000_000 }] };
+
+async function measure(label: string, redis: { url?: string; cluster?: string[] }, ports: number[], budget = false): Promise<void> {
   const upstream = await startPaidUpstream('stateless-json');
   const input = testConfig(upstream.url, {
+    ...(budget ? BUDGET : {}),
     server: { host: '127.0.0.1', port: await freePort() },
     store: { type: 'redis', redis: { ...redis, keyPrefix: 'tbrt:' } },
     skus: { research: { label: 'Research tools', amount: '5.00', currency: 'USDC', credits: CALLS + 10 } },
@@ -67,7 +71,9 @@ const standalone = await startRedis();
 const cluster = await startRedisCluster();
 try {
   await measure('standalone', { url: standalone.url }, [standalone.port]);
+  await measure('standalone, with a budget', { url: standalone.url }, [standalone.port], true);
   await measure('cluster', { cluster: cluster.seeds }, cluster.ports);
+  await measure('cluster, with a budget', { cluster: cluster.seeds }, cluster.ports, true);
 } finally {
   await standalone.stop();
   await cluster.stop();
