@@ -266,9 +266,7 @@ export function quotaBehaviours(behaviour: Behaviour): void {
 
   behaviour('quotas with credits: concurrent calls against maxCalls 7 with ample credits reserve exactly 7', async (f, t) => {
     if (!withCredits(f, t)) return;
-    const now = f.clock.now();
-    const handleHash = await f.handle({ credits: 100 });
-    const cap = draw(now, { subject: `h:${handleHash}`, credits: 1, maxCalls: 7 });
+    const { now, handleHash, cap } = await budgetedHandle(f, 100, { credits: 1, maxCalls: 7 });
     const decisions = await Promise.all(Array.from({ length: 40 }, () => f.spend(handleHash, { quotas: quotaRequest(now, [cap]) })));
     t.equal(decisions.filter((d) => d.kind === 'reserved').length, 7);
     t.equal(decisions.filter((d) => d.kind === 'quota_exceeded').length, 33);
@@ -278,9 +276,7 @@ export function quotaBehaviours(behaviour: Behaviour): void {
 
   behaviour('quotas with credits: commit keeps the draws and ends the hold in its step; release gives them back', async (f, t) => {
     if (!withCredits(f, t)) return;
-    const now = f.clock.now();
-    const handleHash = await f.handle({ credits: 5 });
-    const cap = draw(now, { subject: `h:${handleHash}`, credits: 2, maxCredits: 10 });
+    const { now, handleHash, cap } = await budgetedHandle(f, 5, { credits: 2, maxCredits: 10 });
     const kept = f.spendRequest(handleHash, { quotas: quotaRequest(now, [cap]) });
     const gone = f.spendRequest(handleHash, { quotas: quotaRequest(now, [cap]) });
     await f.store.reserve(kept);
@@ -296,9 +292,7 @@ export function quotaBehaviours(behaviour: Behaviour): void {
 
   behaviour('quotas with credits: a commit or release that finds no reservation leaves the hold as it is', async (f, t) => {
     if (!withCredits(f, t)) return;
-    const now = f.clock.now();
-    const handleHash = await f.handle({ credits: 5 });
-    const cap = draw(now, { subject: `h:${handleHash}`, credits: 1 });
+    const { now, handleHash, cap } = await budgetedHandle(f, 5, { credits: 1 });
     const request = f.spendRequest(handleHash, { quotas: quotaRequest(now, [cap]) });
     await f.store.reserve(request);
     const hold = heldBy(request);
@@ -312,9 +306,7 @@ export function quotaBehaviours(behaviour: Behaviour): void {
 
   behaviour('quotas with credits: a re-run of the same attempt answers as the first run and moves once', async (f, t) => {
     if (!withCredits(f, t)) return;
-    const now = f.clock.now();
-    const handleHash = await f.handle({ credits: 5 });
-    const cap = draw(now, { subject: `h:${handleHash}`, credits: 1, maxCalls: 1 });
+    const { now, handleHash, cap } = await budgetedHandle(f, 5, { credits: 1, maxCalls: 1 });
     const request = f.spendRequest(handleHash, { attempt: 'a1', quotas: quotaRequest(now, [cap]) });
     const first = await f.store.reserve(request);
     t.same(await f.store.reserve(request), first);
@@ -329,6 +321,13 @@ export function quotaBehaviours(behaviour: Behaviour): void {
     t.match(over, { kind: 'quota_exceeded', usedCalls: 1 });
     t.same(await f.store.reserve(refused), over);
   });
+}
+
+/** A handle holding `credits` and a budget counter of its own (subject `h:<hash>`) with these caps and draw. */
+async function budgetedHandle(f: StoreFixture, credits: number, cap: Partial<QuotaDraw>): Promise<{ now: number; handleHash: string; cap: QuotaDraw }> {
+  const now = f.clock.now();
+  const handleHash = await f.handle({ credits });
+  return { now, handleHash, cap: draw(now, { subject: `h:${handleHash}`, ...cap }) };
 }
 
 /** The hold a credit request with budgets makes once reserved. */
