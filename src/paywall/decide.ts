@@ -218,8 +218,14 @@ export class Paywall {
       this.#logCall(priced, 'deadline_exceeded', held.facts, 0);
       return { state: 'released', message: { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) } };
     } catch (error) {
-      // The reservation keeps its call deadline: the reconciler releases it. The task id is withheld (fail closed).
+      // The task id is withheld (fail closed) and its credit goes back now. Its record, where it was
+      // written, is concluded released first, so a caller who learns the id elsewhere (the upstream's
+      // tasks/list) is refused its result at once rather than told to ask again until the record
+      // expires. If these writes fail too, the reconciler releases the credit at its deadline (the
+      // call's, or the task's when the hold was written but not acknowledged by the replicas).
       this.#countStoreFailure(priced.reqId, error, 'holdTask');
+      await this.#deps.store.concludeTask({ scope: this.#server, taskId }, { ...record, state: 'released', remaining: null }).catch(() => false);
+      await this.#settle(held.handleHash, held.reservationId, false, null, { sku, cost, tool: record.tool, reqId: priced.reqId }, held.quotas);
       return { state: 'unknown', message: { jsonrpc: '2.0', id, result: refusalResult('payments_unavailable', await priced.resultShape()) } };
     }
   }

@@ -1,6 +1,8 @@
 // A TCP proxy in front of a real redis-server that a test can cut at the worst moment: after the
 // server ran a command, before its reply reaches the client (SPEC §21, a lost reply). Armed, it
-// swallows the next bytes the server sends and closes both sides of that connection.
+// swallows the next bytes the server sends and closes both sides of that connection. It can also stand
+// for an address that moves to another server (a DNS name or virtual IP a managed Redis re-points at a
+// promoted replica): `redirect` drops every connection and sends new ones to the other port.
 import net from 'node:net';
 
 export interface CuttableProxy {
@@ -12,6 +14,8 @@ export interface CuttableProxy {
   readonly swallowed: number;
   /** Client connections accepted so far (a reconnect after a cut adds one). */
   readonly connections: number;
+  /** A failover behind one address: every open connection is dropped, new ones reach `port`. */
+  redirect(port: number): void;
   close(): Promise<void>;
 }
 
@@ -19,10 +23,11 @@ export async function startCuttableProxy(targetPort: number): Promise<CuttablePr
   let armed = false;
   let swallowed = 0;
   let connections = 0;
+  let target = targetPort;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     connections++;
-    const upstream = net.connect(targetPort, '127.0.0.1');
+    const upstream = net.connect(target, '127.0.0.1');
     for (const socket of [client, upstream]) {
       sockets.add(socket);
       socket.on('close', () => sockets.delete(socket));
@@ -55,6 +60,10 @@ export async function startCuttableProxy(targetPort: number): Promise<CuttablePr
     },
     get connections() {
       return connections;
+    },
+    redirect(port) {
+      target = port;
+      for (const socket of sockets) socket.destroy();
     },
     async close() {
       for (const socket of sockets) socket.destroy();

@@ -40,7 +40,7 @@ export type WriteMark = { key: string; node: Redis | null; stream: object | null
  * `adjust` (the operator is told), `commit`, `expire` and `x402_settle` (acted on: money already
  * moved; counted and logged so an operator sees what a failover may have erased).
  */
-export type ReplicatedWrite = 'charge' | 'claim' | 'commit' | 'adjust' | 'expire' | 'x402_claim' | 'x402_settle';
+export type ReplicatedWrite = 'charge' | 'claim' | 'commit' | 'adjust' | 'expire' | 'task' | 'x402_claim' | 'x402_settle';
 
 /** `store.redis.durability` and its WAIT arguments. */
 export interface Durability {
