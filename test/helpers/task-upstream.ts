@@ -4,6 +4,7 @@
 // (`finish(taskId, 'completed' | 'failed')`), or cancels it through the protocol. `tasks/result` blocks
 // until the task ends, as the SDK implements it. `{ resumable: true }`: sessions, SSE replies and an event
 // store instead (a client may hang up on a tasks/result and resume it with Last-Event-ID).
+// `{ answerDelayMs }`: each task is created at once, its creation answered that much later.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { InMemoryTaskStore } from '@modelcontextprotocol/sdk/experimental/tasks/stores/in-memory.js';
@@ -19,7 +20,7 @@ export interface TaskUpstream extends RecordingUpstream {
   taskIds(): string[];
 }
 
-export async function startTaskUpstream(options: { resumable?: boolean } = {}): Promise<TaskUpstream> {
+export async function startTaskUpstream(options: { resumable?: boolean; answerDelayMs?: number } = {}): Promise<TaskUpstream> {
   const sessions = new Map<string, StreamableHTTPServerTransport>();
   const calls: ReceivedCall[] = [];
   const bodies: string[] = [];
@@ -36,6 +37,8 @@ export async function startTaskUpstream(options: { resumable?: boolean } = {}): 
           calls.push({ name: 'job', arguments: args, headers: {} });
           const task = await extra.taskStore.createTask({ ttl: 600_000, pollInterval: 50 });
           created.push(task.taskId);
+          // answerDelayMs: the task exists before its creation is answered (an upstream slow to reply).
+          if (options.answerDelayMs) await new Promise((resolve) => setTimeout(resolve, options.answerDelayMs));
           return { task };
         },
         getTask: async (_args, extra) => extra.taskStore.getTask(extra.taskId),
