@@ -191,10 +191,10 @@ export class Paywall {
     return { state, message: await this.#finalMessage(priced, outcome, succeeded, settled) };
   }
 
-  async #holdTask(priced: PricedCall, held: Extract<HeldCall, { kind: 'reserved' }>, message: JsonRpcResponse, taskId: string): Promise<Conclusion> {
+  /** The store's record of a task a priced call created: whose credit it holds, until when, for whom. */
+  #taskRecord(priced: PricedCall, held: Extract<HeldCall, { kind: 'reserved' }>): TaskRecord {
     const { sku, cost, charge } = priced.price;
-    const id = priced.call.request.id ?? null;
-    const record: TaskRecord = {
+    return {
       handleHash: held.handleHash,
       reservationId: held.reservationId,
       tool: this.#recordedTool(priced.call.name),
@@ -207,14 +207,33 @@ export class Paywall {
       startedAt: priced.startedAt,
       ...(held.quotas ? { quotas: held.quotas } : {}),
     };
+  }
+
+  /**
+   * §24: a task the upstream created for a priced call the gateway already refused at its deadline (its
+   * creation answered late; the credit was released then). It is recorded as released, so reading it —
+   * its id found through the upstream's tasks/list — is refused, never served as an unpriced task's.
+   */
+  async withholdLateTask(priced: PricedCall, held: HeldCall, taskId: string): Promise<void> {
+    if (held.kind !== 'reserved') return;
+    await this.#deps.store.withholdTask({ scope: this.#server, taskId }, this.#taskRecord(priced, held)).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'withholdTask'));
+  }
+
+  async #holdTask(priced: PricedCall, held: Extract<HeldCall, { kind: 'reserved' }>, message: JsonRpcResponse, taskId: string): Promise<Conclusion> {
+    const { sku, cost } = priced.price;
+    const id = priced.call.request.id ?? null;
+    const record = this.#taskRecord(priced, held);
+    const key = { scope: this.#server, taskId };
     try {
-      if (await this.#deps.store.holdTask({ scope: this.#server, taskId }, record)) {
+      if (await this.#deps.store.holdTask(key, record)) {
         // The budget draws are held to the task's end too (released by the stale sweep after it, like the credit).
         if (held.quotas) await this.#deps.quotas?.extend(held.quotas, record.deadline + 5_000);
         return { state: 'held', message };
       }
       if (held.quotas) await this.#concludeQuotas(held.quotas, 'released', priced.reqId);
-      // The reservation was released before the task was recorded (the call deadline): the task is not paid for.
+      // The reservation was released before the task was recorded (the call deadline): the task is not
+      // paid for, and is recorded as released so that nobody reads it as an unpriced task's.
+      await this.#deps.store.withholdTask(key, record).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'withholdTask'));
       this.#logCall(priced, 'deadline_exceeded', held.facts, 0);
       return { state: 'released', message: { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) } };
     } catch (error) {
@@ -224,7 +243,7 @@ export class Paywall {
       // expires. If these writes fail too, the reconciler releases the credit at its deadline (the
       // call's, or the task's when the hold was written but not acknowledged by the replicas).
       this.#countStoreFailure(priced.reqId, error, 'holdTask');
-      await this.#deps.store.concludeTask({ scope: this.#server, taskId }, { ...record, state: 'released', remaining: null }).catch(() => false);
+      await this.#deps.store.concludeTask(key, { ...record, state: 'released', remaining: null }).then((concluded) => concluded || this.#deps.store.withholdTask(key, record)).catch(() => false);
       await this.#settle(held.handleHash, held.reservationId, false, null, { sku, cost, tool: record.tool, reqId: priced.reqId }, held.quotas);
       return { state: 'unknown', message: { jsonrpc: '2.0', id, result: refusalResult('payments_unavailable', await priced.resultShape()) } };
     }

@@ -6,10 +6,14 @@
 // commit and goes out with its receipt; any response that does not answer this call exactly fails the
 // call closed. A call whose stream the upstream ended early on purpose (resumable: it carried event
 // ids and a session) is left in flight for the resumed stream to conclude (response-screen.ts), or
-// released at the deadline.
+// released at the deadline. A call that may create a task (2025-11-25 `params.task`) keeps its upstream
+// request open up to a minute past its deadline: the task the upstream creates anyway, answered
+// late, is recorded as released (Paywall.withholdLateTask), so its result is never read as an unpriced
+// task's.
 import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
-import type { JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { isObject, type JsonRpcResponse } from '../mcp/jsonrpc.js';
+import { resultKind } from '../mcp/result-kind.js';
 import { serialiseEvent, type SseEvent } from '../mcp/sse.js';
 import type { Paywall } from '../paywall/decide.js';
 import type { CallOutcome, HeldCall, PricedCall } from '../paywall/outcome.js';
@@ -49,6 +53,9 @@ export interface Registration {
 /** The stream ended without the result, but the client can resume it: concluded later, elsewhere or at the deadline. */
 const DETACHED = { kind: 'detached' } as const;
 type ReadOutcome = CallOutcome | typeof DETACHED;
+const EXPIRED = { kind: 'expired' } as const;
+/** How long past its deadline a call that may create a task waits for the upstream's late answer. */
+const LATE_TASK_ANSWER_MS = 60_000;
 
 export class PricedExchange implements PricedForward {
   readonly #deps: PricedCallDeps;
@@ -66,6 +73,11 @@ export class PricedExchange implements PricedForward {
   /** The held result event (its id and fields are kept for the final one). */
   #resultEvent: SseEvent | null = null;
   #upstreamOutcome: UpstreamOutcome = 'answered';
+  /** A task-augmented call: the upstream may create a task whatever the deadline does to this call. */
+  readonly #mayCreateTask: boolean;
+  /** Resolves when the call deadline passes. */
+  readonly #expiry: Promise<typeof EXPIRED>;
+  #expire!: () => void;
 
   constructor(deps: PricedCallDeps, call: McpCall, reply: FastifyReply, priced: PricedCall, held: HeldCall, registration: Registration | null) {
     this.#deps = deps;
@@ -74,6 +86,8 @@ export class PricedExchange implements PricedForward {
     this.#priced = priced;
     this.#held = held;
     this.#registration = registration;
+    this.#mayCreateTask = isObject((priced.call.request.params as Record<string, unknown>).task);
+    this.#expiry = new Promise((resolve) => (this.#expire = () => resolve(EXPIRED)));
     // The deadline covers the whole call, upstream time included (SPEC §6.5).
     this.#cancelDeadline = deps.deadlines.add(Math.max(1, priced.startedAt + deps.callDeadlineMs - deps.now()), () => this.#onDeadline());
   }
@@ -91,7 +105,7 @@ export class PricedExchange implements PricedForward {
     // 1. The upstream's answer: the proxy's response or error hook, or the deadline.
     const first = await this.#race.head;
     // 2. The reply, read to its end (or the deadline) whatever the client does.
-    const outcome = first.kind === 'failed' ? this.#failedBeforeHead(first.failure) : await this.#readReply(first.head);
+    const outcome = first.kind === 'failed' ? this.#failedBeforeHead(first.failure) : await this.#readReplyBy(first.head);
     if (outcome.kind === 'detached') {
       this.#detached = true;
       this.#out?.end(); // as the upstream ended it: the client resumes with Last-Event-ID
@@ -109,6 +123,17 @@ export class PricedExchange implements PricedForward {
     this.#upstreamOutcome = failure.outcome;
     this.#deps.recorder.failure(this.#call, this.#reply.request.id, failure);
     return failure.outcome === 'deadline' || failure.outcome === 'headers_timeout' ? { kind: 'deadline', accepted: false } : { kind: 'failed', accepted: false };
+  }
+
+  /** The reply; for a call that may create a task, the deadline if it passes first (the reply, still read, is then watched for a late task). */
+  async #readReplyBy(head: UpstreamHead): Promise<ReadOutcome> {
+    const reading = this.#readReply(head);
+    if (!this.#mayCreateTask) return reading;
+    const first = await Promise.race([reading, this.#expiry]);
+    if (first.kind !== 'expired') return first;
+    this.#upstreamOutcome = 'deadline';
+    void reading.then((late) => this.#withholdLateTask(late));
+    return { kind: 'deadline', accepted: true };
   }
 
   async #readReply(head: UpstreamHead): Promise<ReadOutcome> {
@@ -180,7 +205,7 @@ export class PricedExchange implements PricedForward {
         }
         if (event) text += serialiseEvent(event, relayed);
       }
-      if (text && this.#out && !this.#out.destroyed) this.#write(text);
+      if (text && this.#out && !this.#out.destroyed && !this.#concluded) this.#write(text);
       if (result) {
         head.stream.resume(); // whatever follows is read and dropped
         head.stream.on('error', () => undefined);
@@ -250,10 +275,50 @@ export class PricedExchange implements PricedForward {
   #onDeadline(): void {
     if (this.#concluded) return;
     this.#race.expired = true;
-    this.#call.abort(new UpstreamAbort('deadline'));
-    this.#sendCancel('the call deadline passed');
+    this.#expire();
+    if (this.#mayCreateTask) {
+      this.#awaitLateTask();
+    } else {
+      this.#call.abort(new UpstreamAbort('deadline'));
+      this.#sendCancel('the call deadline passed');
+    }
     this.#race.onError(new UpstreamAbort('deadline')); // nothing if a head or an error came first
     if (this.#detached) void this.#conclude({ kind: 'deadline', accepted: true });
+  }
+
+  /**
+   * A task-augmented call past its deadline: refused and released like any other, but its upstream
+   * request stays open up to LATE_TASK_ANSWER_MS more (then aborted) and is not cancelled in the protocol (an SDK
+   * server drops the answer to a cancelled request, task created or not). A task id in the late answer
+   * is recorded as released.
+   */
+  #awaitLateTask(): void {
+    const stop = setTimeout(() => this.#call.abort(new UpstreamAbort('deadline')), LATE_TASK_ANSWER_MS);
+    stop.unref();
+    this.#race.late = (head) => void this.#readLate(head).then((late) => this.#withholdLateTask(late));
+  }
+
+  /** A reply whose head came after the deadline: only the response answering this call matters. */
+  async #readLate(head: UpstreamHead): Promise<CallOutcome> {
+    if (head.statusCode < 200 || head.statusCode >= 300) {
+      discard(head.stream);
+      return { kind: 'failed', accepted: false };
+    }
+    try {
+      for await (const values of readReplyChunks(head.stream, head.headers['content-type'], this.#deps.maxResponseBytes)) {
+        const response = values.find(({ value }) => value !== undefined && holdsResponse(value));
+        if (response) return answers(response.value, this.#id) ? { kind: 'answered', message: response.value } : { kind: 'failed', accepted: true };
+      }
+    } catch {
+      // aborted at the end of the late window, or a broken reply: no task learnt
+    }
+    return { kind: 'failed', accepted: true };
+  }
+
+  async #withholdLateTask(late: ReadOutcome): Promise<void> {
+    if (late.kind !== 'answered') return;
+    const kind = resultKind(late.message);
+    if (kind.kind === 'task') await this.#deps.paywall.withholdLateTask(this.#priced, this.#held, kind.taskId);
   }
 
   #sendCancel(reason: string): void {

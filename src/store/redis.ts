@@ -288,6 +288,10 @@ export class RedisStore implements Store {
     return this.requests.concludeTask(key, concluded);
   }
 
+  withholdTask(key: TaskKey, record: TaskRecord): Promise<boolean> {
+    return this.requests.withholdTask(key, record);
+  }
+
   // ── the store itself ───────────────────────────────────────────────────────────────────────────
 
   async ping(): Promise<void> {

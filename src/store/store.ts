@@ -307,6 +307,13 @@ export interface Store {
    * task answers as the first conclusion did (§24).
    */
   concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean>;
+  /**
+   * Records a task its caller was refused (the credit not held for it: its creation was answered past
+   * the call deadline, or after the reservation was released) as concluded `released`, for as long as a
+   * held task's record lives, unless the task is recorded already. A later read of it is then refused
+   * instead of passing as an unpriced task's. True when this call wrote the record.
+   */
+  withholdTask(key: TaskKey, record: TaskRecord): Promise<boolean>;
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
   // ── budgets and allowances (SPEC §23; store/memory/quotas.ts, store/redis/quotas.ts) ────────────
   /**

@@ -178,30 +178,37 @@ t.test('a released task asked for after its record would have lapsed: still refu
   t.equal(await spends(gateway, handle), 0);
 });
 
-// A known gap, reproduced (docs/reliability.md, "a paid task's hold"): at the call deadline the gateway
-// aborts the upstream request and never learns the id of the task the upstream created anyway, so no
-// record marks it priced, and a tasks/result for an id without a record passes as an unpriced task's.
-// The fix needs the late creation answer read past the deadline (or the task recorded some other way);
-// until then this runs as a todo, so it shows in every run and flips when the gap is closed.
-t.test('a task created past the call deadline (the creation answered late): refused and released, and its result, found through tasks/list, never goes out free', { todo: 'the late creation answer is not read: the task is unknown to the gateway and its result passes unpriced' }, async (t) => {
-  const slow = await startTaskUpstream({ answerDelayMs: 1_500 });
-  t.teardown(() => slow.close());
-  const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: '300ms' }, tools: { job: { sku: 'research', cost: 1 } } }));
-  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
-  const client = await connect(t, gateway);
-  const refused = (await client.request({ method: 'tools/call', params: { name: 'job', arguments: { name: 'late', tollboothToken: handle }, task: { ttl: 600_000 } } }, CallToolResultSchema)) as Json;
-  t.equal(refused._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'the call is refused at its deadline');
-  t.equal(await researchBalance(gateway, handle), 3, 'its credit back');
-  await waitFor(() => slow.taskIds().length === 1, 'the upstream to have created the task anyway');
-  const taskId = slow.taskIds()[0] as string;
-  // The caller finds it where the upstream lists it.
-  const listed = (await client.request({ method: 'tasks/list', params: {} }, ListTasksResultSchema)) as Json;
-  t.ok(listed.tasks.some((task: Json) => task.taskId === taskId), 'the upstream lists the task to its creator');
-  await slow.finish(taskId, 'completed');
-  const late = await getResult(client, taskId).catch((error: unknown): Json => ({ error: String(error) }));
-  t.not(late.content?.[0]?.text, `done:${taskId}`, 'the result of a task nobody paid for never goes out');
-  t.equal(await spends(gateway, handle), 0);
-});
+// At the call deadline the gateway refuses the call and releases its credit; an upstream that creates the
+// task anyway and answers late must not leave a task the gateway does not know: a tasks/result for an id
+// without a record passes as an unpriced task's, and the SDK's task store lists a caller's tasks to it.
+// The upstream request stays open past the deadline, the late answer's task id is recorded as released.
+// Both ways the answer comes: a JSON reply after the deadline (its head late), and an SSE reply whose
+// head came in time and whose creation event came late (a legacy session, as the SDK server streams).
+for (const mode of ['json', 'sse'] as const) {
+  t.test(`a task created past the call deadline (${mode === 'json' ? 'a JSON answer, late' : 'an SSE answer whose event came late'}): refused and released, and its result, found through tasks/list, refused too`, async (t) => {
+    const slow = await startTaskUpstream({ answerDelayMs: 1_500, resumable: mode === 'sse' });
+    t.teardown(() => slow.close());
+    const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: '300ms' }, tools: { job: { sku: 'research', cost: 1 } } }));
+    const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+    const client = await connect(t, gateway);
+    const refused = (await client.request({ method: 'tools/call', params: { name: 'job', arguments: { name: 'late', tollboothToken: handle }, task: { ttl: 600_000 } } }, CallToolResultSchema)) as Json;
+    t.equal(refused._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'the call is refused at its deadline');
+    t.equal(await researchBalance(gateway, handle), 3, 'its credit back');
+    await waitFor(() => slow.taskIds().length === 1, 'the upstream to have created the task anyway');
+    const taskId = slow.taskIds()[0] as string;
+    // The late answer reaches the gateway 1.5 s after the call; it records the task as released.
+    await waitFor(async () => (await gateway.store.getTask({ scope: 'default', taskId }))?.state === 'released', 'the late task recorded as released', { timeoutMs: 10_000, everyMs: 50 });
+    // The caller finds it where the upstream lists it.
+    const listed = (await client.request({ method: 'tasks/list', params: {} }, ListTasksResultSchema)) as Json;
+    t.ok(listed.tasks.some((task: Json) => task.taskId === taskId), 'the upstream lists the task to its creator');
+    await slow.finish(taskId, 'completed');
+    const late = await getResult(client, taskId);
+    t.not(late.content?.[0]?.text, `done:${taskId}`, 'the result of a task nobody paid for never goes out');
+    t.equal(late._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'refused as the call was');
+    t.equal(await spends(gateway, handle), 0);
+    t.equal(await researchBalance(gateway, handle), 3);
+  });
+}
 
 t.test('a released task\'s result replayed on a resumed stream (Last-Event-ID) is withheld, never delivered free', async (t) => {
   const resumable = await startTaskUpstream({ resumable: true });

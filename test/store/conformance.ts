@@ -502,6 +502,25 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.store.getTask({ scope: 'default', taskId: 'gone' }), null, 'a conclusion never creates a record');
   });
 
+  behaviour('withholdTask records a task its caller was refused as released, never over a task already recorded', async (f, t) => {
+    const handleHash = await f.handle({ credits: 10 });
+    const now = f.clock.now();
+    const record = { handleHash, reservationId: 'late-task', tool: 'job', sku: SKU, cost: 1, charge: 'success' as const, owner: 's:abc', deadline: now + HOUR, fingerprint: null, startedAt: now };
+    const late = { scope: 'default', taskId: randomId('late {task} ') };
+    t.equal(await f.store.withholdTask(late, record), true, 'an unknown task is recorded');
+    t.same(await f.store.getTask(late), { ...record, state: 'released', remaining: null }, 'as concluded released');
+    t.equal(await f.store.concludeTask(late, { ...record, state: 'committed', remaining: 9 }), false, 'nothing can commit it afterwards');
+    t.equal(await f.store.withholdTask(late, { ...record, tool: 'other' }), false, 'a second withhold changes nothing');
+    t.same(await f.store.getTask(late), { ...record, state: 'released', remaining: null });
+    await f.spend(handleHash, { reservationId: 'held-task', reservationDeadline: now + 1_000 });
+    const held = { scope: 'default', taskId: randomId('held ') };
+    const heldRecord = { ...record, reservationId: 'held-task' };
+    t.equal(await f.store.holdTask(held, heldRecord), true);
+    t.equal(await f.store.withholdTask(held, heldRecord), false, 'a held task is not withheld');
+    t.same(await f.store.getTask(held), heldRecord, 'its record unchanged');
+    t.equal(await f.balance(handleHash), 9, 'and its credit still held');
+  });
+
   behaviour('a reservation at exactly its deadline is not stale yet', async (f, t) => {
     const handleHash = await f.handle({ credits: 1 });
     const deadline = f.clock.now() + 1_000;

@@ -56,6 +56,12 @@ export class MemoryRequests {
     return null;
   }
 
+  async withholdTask(key: TaskKey, record: TaskRecord): Promise<boolean> {
+    if (await this.getTask(key)) return false;
+    this.core.tasks.set(taskHash(key), { record: { ...record, state: 'released', remaining: null }, expiresAt: record.deadline + TASK_RECORD_GRACE_MS });
+    return true;
+  }
+
   async concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
     const entry = this.core.tasks.get(taskHash(key));
     if (!entry || entry.record.state) return false;
