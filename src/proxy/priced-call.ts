@@ -288,9 +288,9 @@ export class PricedExchange implements PricedForward {
 
   /**
    * A task-augmented call past its deadline: refused and released like any other, but its upstream
-   * request stays open up to LATE_TASK_ANSWER_MS more (then aborted) and is not cancelled in the protocol (an SDK
-   * server drops the answer to a cancelled request, task created or not). A task id in the late answer
-   * is recorded as released.
+   * request stays open up to LATE_TASK_ANSWER_MS more (then aborted) and is not cancelled in the
+   * protocol (an SDK server drops the answer to a cancelled request, task created or not). A task id
+   * in the late answer is recorded as released.
    */
   #awaitLateTask(): void {
     const stop = setTimeout(() => this.#call.abort(new UpstreamAbort('deadline')), LATE_TASK_ANSWER_MS);

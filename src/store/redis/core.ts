@@ -37,7 +37,7 @@ export type WriteMark = { key: string; node: Redis | null; stream: object | null
  * Writes the gateway must know are on replicas before acting on them (SPEC §21), by what happens when
  * WAIT says they are not: `charge` (its link is not shown: the charge is abandoned), `claim` and
  * `x402_claim` (treated as not done: the caller is refused, the reconciler or payer comes back),
- * `adjust` (the operator is told), `commit`, `expire` and `x402_settle` (acted on: money already
+ * `task` (a paid task's hold: its id is withheld, the call refused), `adjust` (the operator is told), `commit`, `expire` and `x402_settle` (acted on: money already
  * moved; counted and logged so an operator sees what a failover may have erased).
  */
 export type ReplicatedWrite = 'charge' | 'claim' | 'commit' | 'adjust' | 'expire' | 'task' | 'x402_claim' | 'x402_settle';
