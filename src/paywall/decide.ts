@@ -191,12 +191,12 @@ export class Paywall {
     return { state, message: await this.#finalMessage(priced, outcome, succeeded, settled) };
   }
 
-  /** The store's record of a task a priced call created: whose credit it holds, until when, for whom. */
-  #taskRecord(priced: PricedCall, held: Extract<HeldCall, { kind: 'reserved' }>): TaskRecord {
+  /** The store's record of a task a priced call created: whose credit it holds (none for x402 and allowance calls), until when, for whom. */
+  #taskRecord(priced: PricedCall, held: HeldCall): TaskRecord {
     const { sku, cost, charge } = priced.price;
     return {
-      handleHash: held.handleHash,
-      reservationId: held.reservationId,
+      handleHash: held.kind === 'reserved' ? held.handleHash : '',
+      reservationId: held.kind === 'reserved' ? held.reservationId : '',
       tool: this.#recordedTool(priced.call.name),
       sku,
       cost,
@@ -205,18 +205,20 @@ export class Paywall {
       deadline: this.#deps.now() + (this.#deps.settings.taskDeadlineMs ?? DEFAULT_TASK_DEADLINE_MS),
       fingerprint: held.facts.tokenFingerprint,
       startedAt: priced.startedAt,
-      ...(held.quotas ? { quotas: held.quotas } : {}),
+      ...(held.kind === 'reserved' && held.quotas ? { quotas: held.quotas } : {}),
     };
   }
 
   /**
-   * §24: a task the upstream created for a priced call the gateway already refused at its deadline (its
-   * creation answered late; the credit was released then). It is recorded as released, so reading it —
-   * its id found through the upstream's tasks/list — is refused, never served as an unpriced task's.
+   * §24: a task the upstream created for a priced call the gateway had already concluded at its deadline
+   * (the creation answered late). It is recorded as that call was concluded — released, so reading it
+   * (its id found through the upstream's tasks/list) is refused instead of served as an unpriced task's;
+   * committed under `charge: attempt`, so the payer reads it without paying again. A conclusion the store
+   * could not confirm counts as released (fail closed).
    */
-  async withholdLateTask(priced: PricedCall, held: HeldCall, taskId: string): Promise<void> {
-    if (held.kind !== 'reserved') return;
-    await this.#deps.store.withholdTask({ scope: this.#server, taskId }, this.#taskRecord(priced, held)).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'withholdTask'));
+  async recordLateTask(priced: PricedCall, held: HeldCall, taskId: string, state: Conclusion['state']): Promise<void> {
+    const concluded: TaskRecord = { ...this.#taskRecord(priced, held), state: state === 'committed' ? 'committed' : 'released', remaining: null };
+    await this.#deps.store.recordConcludedTask({ scope: this.#server, taskId }, concluded).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'recordConcludedTask'));
   }
 
   async #holdTask(priced: PricedCall, held: Extract<HeldCall, { kind: 'reserved' }>, message: JsonRpcResponse, taskId: string): Promise<Conclusion> {
@@ -233,7 +235,7 @@ export class Paywall {
       if (held.quotas) await this.#concludeQuotas(held.quotas, 'released', priced.reqId);
       // The reservation was released before the task was recorded (the call deadline): the task is not
       // paid for, and is recorded as released so that nobody reads it as an unpriced task's.
-      await this.#deps.store.withholdTask(key, record).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'withholdTask'));
+      await this.#deps.store.recordConcludedTask(key, { ...record, state: 'released', remaining: null }).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'recordConcludedTask'));
       this.#logCall(priced, 'deadline_exceeded', held.facts, 0);
       return { state: 'released', message: { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) } };
     } catch (error) {
@@ -243,7 +245,8 @@ export class Paywall {
       // expires. If these writes fail too, the reconciler releases the credit at its deadline (the
       // call's, or the task's when the hold was written but not acknowledged by the replicas).
       this.#countStoreFailure(priced.reqId, error, 'holdTask');
-      await this.#deps.store.concludeTask(key, { ...record, state: 'released', remaining: null }).then((concluded) => concluded || this.#deps.store.withholdTask(key, record)).catch(() => false);
+      const released: TaskRecord = { ...record, state: 'released', remaining: null };
+      await this.#deps.store.concludeTask(key, released).then((concluded) => concluded || this.#deps.store.recordConcludedTask(key, released)).catch(() => false);
       await this.#settle(held.handleHash, held.reservationId, false, null, { sku, cost, tool: record.tool, reqId: priced.reqId }, held.quotas);
       return { state: 'unknown', message: { jsonrpc: '2.0', id, result: refusalResult('payments_unavailable', await priced.resultShape()) } };
     }

@@ -7,16 +7,16 @@
 // call closed. A call whose stream the upstream ended early on purpose (resumable: it carried event
 // ids and a session) is left in flight for the resumed stream to conclude (response-screen.ts), or
 // released at the deadline. A call that may create a task (2025-11-25 `params.task`) keeps its upstream
-// request open up to a minute past its deadline: the task the upstream creates anyway, answered
-// late, is recorded as released (Paywall.withholdLateTask), so its result is never read as an unpriced
-// task's.
+// request open up to a minute past its deadline: the task the upstream creates anyway, answered late,
+// is recorded as concluded the way the call was (Paywall.recordLateTask), so its result is never read
+// as an unpriced task's.
 import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import { isObject, type JsonRpcResponse } from '../mcp/jsonrpc.js';
 import { resultKind } from '../mcp/result-kind.js';
 import { serialiseEvent, type SseEvent } from '../mcp/sse.js';
 import type { Paywall } from '../paywall/decide.js';
-import type { CallOutcome, HeldCall, PricedCall } from '../paywall/outcome.js';
+import type { CallOutcome, Conclusion, HeldCall, PricedCall } from '../paywall/outcome.js';
 import type { PricedRequestKey } from '../store/store.js';
 import type { DeadlineQueue } from './deadlines.js';
 import { sendCancelled, type CancelTarget } from './cancel.js';
@@ -78,6 +78,9 @@ export class PricedExchange implements PricedForward {
   /** Resolves when the call deadline passes. */
   readonly #expiry: Promise<typeof EXPIRED>;
   #expire!: () => void;
+  /** How the call was concluded, once it was (a late task is recorded the same way). */
+  readonly #concludedAs: Promise<Conclusion['state']>;
+  #settleConcludedAs!: (state: Conclusion['state']) => void;
 
   constructor(deps: PricedCallDeps, call: McpCall, reply: FastifyReply, priced: PricedCall, held: HeldCall, registration: Registration | null) {
     this.#deps = deps;
@@ -88,6 +91,7 @@ export class PricedExchange implements PricedForward {
     this.#registration = registration;
     this.#mayCreateTask = isObject((priced.call.request.params as Record<string, unknown>).task);
     this.#expiry = new Promise((resolve) => (this.#expire = () => resolve(EXPIRED)));
+    this.#concludedAs = new Promise((resolve) => (this.#settleConcludedAs = resolve));
     // The deadline covers the whole call, upstream time included (SPEC §6.5).
     this.#cancelDeadline = deps.deadlines.add(Math.max(1, priced.startedAt + deps.callDeadlineMs - deps.now()), () => this.#onDeadline());
   }
@@ -132,7 +136,7 @@ export class PricedExchange implements PricedForward {
     const first = await Promise.race([reading, this.#expiry]);
     if (first.kind !== 'expired') return first;
     this.#upstreamOutcome = 'deadline';
-    void reading.then((late) => this.#withholdLateTask(late));
+    void reading.then((late) => this.#recordLateTask(late));
     return { kind: 'deadline', accepted: true };
   }
 
@@ -253,7 +257,11 @@ export class PricedExchange implements PricedForward {
   async #conclude(outcome: CallOutcome): Promise<{ message: JsonRpcResponse | null }> {
     this.#concluded = true;
     if (this.#registration) await this.#registration.written; // the registry conclusion must land after the registration
-    const conclusion = await this.#deps.paywall.conclude(this.#priced, this.#held, outcome, this.#registration?.key ?? null);
+    const conclusion = await this.#deps.paywall.conclude(this.#priced, this.#held, outcome, this.#registration?.key ?? null).catch((error: unknown) => {
+      this.#settleConcludedAs('unknown');
+      throw error;
+    });
+    this.#settleConcludedAs(conclusion.state);
     if (this.#registration) this.#deps.registry.noteConcluded(this.#registration.sessionId, this.#id, conclusion.state === 'committed' ? 'committed' : 'released');
     this.#recordUpstream();
     return conclusion;
@@ -290,12 +298,12 @@ export class PricedExchange implements PricedForward {
    * A task-augmented call past its deadline: refused and released like any other, but its upstream
    * request stays open up to LATE_TASK_ANSWER_MS more (then aborted) and is not cancelled in the
    * protocol (an SDK server drops the answer to a cancelled request, task created or not). A task id
-   * in the late answer is recorded as released.
+   * in the late answer is recorded as concluded the way the call was.
    */
   #awaitLateTask(): void {
     const stop = setTimeout(() => this.#call.abort(new UpstreamAbort('deadline')), LATE_TASK_ANSWER_MS);
     stop.unref();
-    this.#race.late = (head) => void this.#readLate(head).then((late) => this.#withholdLateTask(late));
+    this.#race.late = (head) => void this.#readLate(head).then((late) => this.#recordLateTask(late));
   }
 
   /** A reply whose head came after the deadline: only the response answering this call matters. */
@@ -315,10 +323,10 @@ export class PricedExchange implements PricedForward {
     return { kind: 'failed', accepted: true };
   }
 
-  async #withholdLateTask(late: ReadOutcome): Promise<void> {
+  async #recordLateTask(late: ReadOutcome): Promise<void> {
     if (late.kind !== 'answered') return;
     const kind = resultKind(late.message);
-    if (kind.kind === 'task') await this.#deps.paywall.withholdLateTask(this.#priced, this.#held, kind.taskId);
+    if (kind.kind === 'task') await this.#deps.paywall.recordLateTask(this.#priced, this.#held, kind.taskId, await this.#concludedAs);
   }
 
   #sendCancel(reason: string): void {

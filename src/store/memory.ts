@@ -253,8 +253,8 @@ export class MemoryStore implements Store {
     return this.requests.concludeTask(key, concluded);
   }
 
-  withholdTask(key: TaskKey, record: TaskRecord): Promise<boolean> {
-    return this.requests.withholdTask(key, record);
+  recordConcludedTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
+    return this.requests.recordConcludedTask(key, concluded);
   }
 
   // ── the store itself ────────────────────────────────────────────────────────────────────────────

@@ -308,12 +308,13 @@ export interface Store {
    */
   concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean>;
   /**
-   * Records a task its caller was refused (the credit not held for it: its creation was answered past
-   * the call deadline, or after the reservation was released) as concluded `released`, for as long as a
-   * held task's record lives, unless the task is recorded already. A later read of it is then refused
-   * instead of passing as an unpriced task's. True when this call wrote the record.
+   * Records a task whose call was concluded before the task was held (its creation answered past the
+   * call deadline, or after the reservation was released), already concluded as that call was
+   * (`concluded.state`), for as long as a held task's record lives, unless the task is recorded
+   * already. A later read answers by that conclusion instead of passing as an unpriced task's. True
+   * when this call wrote the record.
    */
-  withholdTask(key: TaskKey, record: TaskRecord): Promise<boolean>;
+  recordConcludedTask(key: TaskKey, concluded: TaskRecord): Promise<boolean>;
   // ── end of tasks ─────────────────────────────────────────────────────────────────────────────────
   // ── budgets and allowances (SPEC §23; store/memory/quotas.ts, store/redis/quotas.ts) ────────────
   /**

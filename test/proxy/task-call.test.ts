@@ -210,6 +210,27 @@ for (const mode of ['json', 'sse'] as const) {
   });
 }
 
+t.test('charge: attempt, a task created past the call deadline after the upstream accepted the call: charged once, and its result read without paying again', async (t) => {
+  const slow = await startTaskUpstream({ answerDelayMs: 1_500, resumable: true });
+  t.teardown(() => slow.close());
+  const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: '300ms' }, tools: { job: { sku: 'research', cost: 1, charge: 'attempt' } } }));
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  // The SSE reply's head came before the deadline (the upstream accepted the call): under attempt the credit is kept.
+  const answered = (await client.request({ method: 'tools/call', params: { name: 'job', arguments: { name: 'late', tollboothToken: handle }, task: { ttl: 600_000 } } }, CallToolResultSchema)) as Json;
+  t.equal(answered._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'answered deadline_exceeded at the deadline');
+  t.equal(await researchBalance(gateway, handle), 2, 'and charged: the upstream accepted the call');
+  await waitFor(() => slow.taskIds().length === 1, 'the upstream to have created the task');
+  const taskId = slow.taskIds()[0] as string;
+  await waitFor(async () => (await gateway.store.getTask({ scope: 'default', taskId }))?.state !== undefined, 'the late task recorded', { timeoutMs: 10_000, everyMs: 50 });
+  t.equal((await gateway.store.getTask({ scope: 'default', taskId }))?.state, 'committed', 'recorded as the call was concluded: committed');
+  await slow.finish(taskId, 'completed');
+  const result = await getResult(client, taskId);
+  t.equal(result.content?.[0]?.text, `done:${taskId}`, 'the result the payer was charged for goes out');
+  t.equal(await researchBalance(gateway, handle), 2, 'reading it charges nothing more');
+  t.equal(await spends(gateway, handle), 1);
+});
+
 t.test('a released task\'s result replayed on a resumed stream (Last-Event-ID) is withheld, never delivered free', async (t) => {
   const resumable = await startTaskUpstream({ resumable: true });
   t.teardown(() => resumable.close());

@@ -502,21 +502,25 @@ function declareBehaviours(suite: Test, makeStore: MakeStore, controllable: bool
     t.equal(await f.store.getTask({ scope: 'default', taskId: 'gone' }), null, 'a conclusion never creates a record');
   });
 
-  behaviour('withholdTask records a task its caller was refused as released, never over a task already recorded', async (f, t) => {
+  behaviour('recordConcludedTask records a task already concluded, never over a task already recorded', async (f, t) => {
     const handleHash = await f.handle({ credits: 10 });
     const now = f.clock.now();
     const record = { handleHash, reservationId: 'late-task', tool: 'job', sku: SKU, cost: 1, charge: 'success' as const, owner: 's:abc', deadline: now + HOUR, fingerprint: null, startedAt: now };
     const late = { scope: 'default', taskId: randomId('late {task} ') };
-    t.equal(await f.store.withholdTask(late, record), true, 'an unknown task is recorded');
-    t.same(await f.store.getTask(late), { ...record, state: 'released', remaining: null }, 'as concluded released');
-    t.equal(await f.store.concludeTask(late, { ...record, state: 'committed', remaining: 9 }), false, 'nothing can commit it afterwards');
-    t.equal(await f.store.withholdTask(late, { ...record, tool: 'other' }), false, 'a second withhold changes nothing');
-    t.same(await f.store.getTask(late), { ...record, state: 'released', remaining: null });
+    const released = { ...record, state: 'released' as const, remaining: null };
+    t.equal(await f.store.recordConcludedTask(late, released), true, 'an unknown task is recorded');
+    t.same(await f.store.getTask(late), released, 'as concluded');
+    t.equal(await f.store.concludeTask(late, { ...record, state: 'committed', remaining: 9 }), false, 'nothing concludes it again');
+    t.equal(await f.store.recordConcludedTask(late, { ...record, state: 'committed', remaining: null }), false, 'a second record changes nothing');
+    t.same(await f.store.getTask(late), released);
+    const committed = { scope: 'default', taskId: randomId('attempt ') };
+    t.equal(await f.store.recordConcludedTask(committed, { ...record, state: 'committed', remaining: null }), true);
+    t.same(await f.store.getTask(committed), { ...record, state: 'committed', remaining: null }, 'a committed conclusion is kept as it came');
     await f.spend(handleHash, { reservationId: 'held-task', reservationDeadline: now + 1_000 });
     const held = { scope: 'default', taskId: randomId('held ') };
     const heldRecord = { ...record, reservationId: 'held-task' };
     t.equal(await f.store.holdTask(held, heldRecord), true);
-    t.equal(await f.store.withholdTask(held, heldRecord), false, 'a held task is not withheld');
+    t.equal(await f.store.recordConcludedTask(held, { ...heldRecord, state: 'released', remaining: null }), false, 'a held task is not overwritten');
     t.same(await f.store.getTask(held), heldRecord, 'its record unchanged');
     t.equal(await f.balance(handleHash), 9, 'and its credit still held');
   });

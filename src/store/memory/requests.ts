@@ -56,9 +56,9 @@ export class MemoryRequests {
     return null;
   }
 
-  async withholdTask(key: TaskKey, record: TaskRecord): Promise<boolean> {
+  async recordConcludedTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
     if (await this.getTask(key)) return false;
-    this.core.tasks.set(taskHash(key), { record: { ...record, state: 'released', remaining: null }, expiresAt: record.deadline + TASK_RECORD_GRACE_MS });
+    this.core.tasks.set(taskHash(key), { record: { ...concluded }, expiresAt: concluded.deadline + TASK_RECORD_GRACE_MS });
     return true;
   }
 

@@ -56,10 +56,9 @@ export class RedisRequests {
     return raw ? (JSON.parse(raw) as TaskRecord) : null;
   }
 
-  async withholdTask(key: TaskKey, record: TaskRecord): Promise<boolean> {
-    const withheld = JSON.stringify({ ...record, state: 'released', remaining: null });
-    const ttlMs = Math.max(1, record.deadline - this.core.now() + TASK_RECORD_GRACE_MS);
-    return (await this.core.call('withholdTask', () => this.core.client.set(this.core.keys.task(taskHash(key)), withheld, 'PX', ttlMs, 'NX'))) === 'OK';
+  async recordConcludedTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
+    const ttlMs = Math.max(1, concluded.deadline - this.core.now() + TASK_RECORD_GRACE_MS);
+    return (await this.core.call('recordConcludedTask', () => this.core.client.set(this.core.keys.task(taskHash(key)), JSON.stringify(concluded), 'PX', ttlMs, 'NX'))) === 'OK';
   }
 
   async concludeTask(key: TaskKey, concluded: TaskRecord): Promise<boolean> {
