@@ -211,9 +211,10 @@ for (const mode of ['json', 'sse'] as const) {
 }
 
 t.test('charge: attempt, a task created past the call deadline after the upstream accepted the call: charged once, and its result read without paying again', async (t) => {
-  const slow = await startTaskUpstream({ answerDelayMs: 1_500, resumable: true });
+  // A deadline of 1 s: the SSE head (sent at once) must beat it even on a loaded machine for the call to count as accepted.
+  const slow = await startTaskUpstream({ answerDelayMs: 2_500, resumable: true });
   t.teardown(() => slow.close());
-  const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: '300ms' }, tools: { job: { sku: 'research', cost: 1, charge: 'attempt' } } }));
+  const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: '1s' }, tools: { job: { sku: 'research', cost: 1, charge: 'attempt' } } }));
   const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
   const client = await connect(t, gateway);
   // The SSE reply's head came before the deadline (the upstream accepted the call): under attempt the credit is kept.
