@@ -57,6 +57,21 @@ const EXPIRED = { kind: 'expired' } as const;
 /** How long past its deadline a call that may create a task waits for the upstream's late answer. */
 const LATE_TASK_ANSWER_MS = 60_000;
 
+/** What a task-augmented call keeps so that a task the upstream creates past its deadline is learnt of. */
+class LateTaskWatch {
+  /** Resolves when the call deadline passes. */
+  readonly expiry: Promise<typeof EXPIRED>;
+  expire!: () => void;
+  /** How the call was concluded, once it was (the late task is recorded the same way). */
+  readonly concluded: Promise<Conclusion['state']>;
+  conclude!: (state: Conclusion['state']) => void;
+
+  constructor() {
+    this.expiry = new Promise((resolve) => (this.expire = () => resolve(EXPIRED)));
+    this.concluded = new Promise((resolve) => (this.conclude = resolve));
+  }
+}
+
 export class PricedExchange implements PricedForward {
   readonly #deps: PricedCallDeps;
   readonly #call: McpCall;
@@ -73,14 +88,8 @@ export class PricedExchange implements PricedForward {
   /** The held result event (its id and fields are kept for the final one). */
   #resultEvent: SseEvent | null = null;
   #upstreamOutcome: UpstreamOutcome = 'answered';
-  /** A task-augmented call: the upstream may create a task whatever the deadline does to this call. */
-  readonly #mayCreateTask: boolean;
-  /** Resolves when the call deadline passes. */
-  readonly #expiry: Promise<typeof EXPIRED>;
-  #expire!: () => void;
-  /** How the call was concluded, once it was (a late task is recorded the same way). */
-  readonly #concludedAs: Promise<Conclusion['state']>;
-  #settleConcludedAs!: (state: Conclusion['state']) => void;
+  /** A task-augmented call (the upstream may create a task whatever the deadline does to it); null for any other. */
+  readonly #lateTask: LateTaskWatch | null;
 
   constructor(deps: PricedCallDeps, call: McpCall, reply: FastifyReply, priced: PricedCall, held: HeldCall, registration: Registration | null) {
     this.#deps = deps;
@@ -89,9 +98,7 @@ export class PricedExchange implements PricedForward {
     this.#priced = priced;
     this.#held = held;
     this.#registration = registration;
-    this.#mayCreateTask = isObject((priced.call.request.params as Record<string, unknown>).task);
-    this.#expiry = new Promise((resolve) => (this.#expire = () => resolve(EXPIRED)));
-    this.#concludedAs = new Promise((resolve) => (this.#settleConcludedAs = resolve));
+    this.#lateTask = isObject((priced.call.request.params as Record<string, unknown>).task) ? new LateTaskWatch() : null;
     // The deadline covers the whole call, upstream time included (SPEC §6.5).
     this.#cancelDeadline = deps.deadlines.add(Math.max(1, priced.startedAt + deps.callDeadlineMs - deps.now()), () => this.#onDeadline());
   }
@@ -132,8 +139,8 @@ export class PricedExchange implements PricedForward {
   /** The reply; for a call that may create a task, the deadline if it passes first (the reply, still read, is then watched for a late task). */
   async #readReplyBy(head: UpstreamHead): Promise<ReadOutcome> {
     const reading = this.#readReply(head);
-    if (!this.#mayCreateTask) return reading;
-    const first = await Promise.race([reading, this.#expiry]);
+    if (!this.#lateTask) return reading;
+    const first = await Promise.race([reading, this.#lateTask.expiry]);
     if (first.kind !== 'expired') return first;
     this.#upstreamOutcome = 'deadline';
     void reading.then((late) => this.#recordLateTask(late));
@@ -258,10 +265,10 @@ export class PricedExchange implements PricedForward {
     this.#concluded = true;
     if (this.#registration) await this.#registration.written; // the registry conclusion must land after the registration
     const conclusion = await this.#deps.paywall.conclude(this.#priced, this.#held, outcome, this.#registration?.key ?? null).catch((error: unknown) => {
-      this.#settleConcludedAs('unknown');
+      this.#lateTask?.conclude('unknown');
       throw error;
     });
-    this.#settleConcludedAs(conclusion.state);
+    this.#lateTask?.conclude(conclusion.state);
     if (this.#registration) this.#deps.registry.noteConcluded(this.#registration.sessionId, this.#id, conclusion.state === 'committed' ? 'committed' : 'released');
     this.#recordUpstream();
     return conclusion;
@@ -283,8 +290,8 @@ export class PricedExchange implements PricedForward {
   #onDeadline(): void {
     if (this.#concluded) return;
     this.#race.expired = true;
-    this.#expire();
-    if (this.#mayCreateTask) {
+    if (this.#lateTask) {
+      this.#lateTask.expire();
       this.#awaitLateTask();
     } else {
       this.#call.abort(new UpstreamAbort('deadline'));
@@ -326,7 +333,7 @@ export class PricedExchange implements PricedForward {
   async #recordLateTask(late: ReadOutcome): Promise<void> {
     if (late.kind !== 'answered') return;
     const kind = resultKind(late.message);
-    if (kind.kind === 'task') await this.#deps.paywall.recordLateTask(this.#priced, this.#held, kind.taskId, await this.#concludedAs);
+    if (kind.kind === 'task' && this.#lateTask) await this.#deps.paywall.recordLateTask(this.#priced, this.#held, kind.taskId, await this.#lateTask.concluded);
   }
 
   #sendCancel(reason: string): void {
