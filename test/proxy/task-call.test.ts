@@ -184,18 +184,28 @@ t.test('a released task asked for after its record would have lapsed: still refu
 // The upstream request stays open past the deadline, the late answer's task id is recorded as released.
 // Both ways the answer comes: a JSON reply after the deadline (its head late), and an SSE reply whose
 // head came in time and whose creation event came late (a legacy session, as the SDK server streams).
+/**
+ * A priced task-augmented call to an upstream that creates the task at once and answers its creation
+ * `answerDelayMs` later, past `callDeadline`; returns the call's own answer and the task id once the
+ * upstream has created it.
+ */
+async function lateTaskCall(t: Test, options: { resumable: boolean; callDeadline: string; answerDelayMs: number; charge?: 'attempt' }) {
+  const slow = await startTaskUpstream({ answerDelayMs: options.answerDelayMs, resumable: options.resumable });
+  t.teardown(() => slow.close());
+  const job = { sku: 'research', cost: 1, ...(options.charge ? { charge: options.charge } : {}) };
+  const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: options.callDeadline }, tools: { job } }));
+  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
+  const client = await connect(t, gateway);
+  const answer = (await client.request({ method: 'tools/call', params: { name: 'job', arguments: { name: 'late', tollboothToken: handle }, task: { ttl: 600_000 } } }, CallToolResultSchema)) as Json;
+  await waitFor(() => slow.taskIds().length === 1, 'the upstream to have created the task');
+  return { slow, gateway, handle, client, answer, taskId: slow.taskIds()[0] as string };
+}
+
 for (const mode of ['json', 'sse'] as const) {
   t.test(`a task created past the call deadline (${mode === 'json' ? 'a JSON answer, late' : 'an SSE answer whose event came late'}): refused and released, and its result, found through tasks/list, refused too`, async (t) => {
-    const slow = await startTaskUpstream({ answerDelayMs: 1_500, resumable: mode === 'sse' });
-    t.teardown(() => slow.close());
-    const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: '300ms' }, tools: { job: { sku: 'research', cost: 1 } } }));
-    const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
-    const client = await connect(t, gateway);
-    const refused = (await client.request({ method: 'tools/call', params: { name: 'job', arguments: { name: 'late', tollboothToken: handle }, task: { ttl: 600_000 } } }, CallToolResultSchema)) as Json;
+    const { slow, gateway, handle, client, answer: refused, taskId } = await lateTaskCall(t, { resumable: mode === 'sse', callDeadline: '300ms', answerDelayMs: 1_500 });
     t.equal(refused._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'the call is refused at its deadline');
     t.equal(await researchBalance(gateway, handle), 3, 'its credit back');
-    await waitFor(() => slow.taskIds().length === 1, 'the upstream to have created the task anyway');
-    const taskId = slow.taskIds()[0] as string;
     // The late answer reaches the gateway 1.5 s after the call; it records the task as released.
     await waitFor(async () => (await gateway.store.getTask({ scope: 'default', taskId }))?.state === 'released', 'the late task recorded as released', { timeoutMs: 10_000, everyMs: 50 });
     // The caller finds it where the upstream lists it.
@@ -211,18 +221,11 @@ for (const mode of ['json', 'sse'] as const) {
 }
 
 t.test('charge: attempt, a task created past the call deadline after the upstream accepted the call: charged once, and its result read without paying again', async (t) => {
-  // A deadline of 1 s: the SSE head (sent at once) must beat it even on a loaded machine for the call to count as accepted.
-  const slow = await startTaskUpstream({ answerDelayMs: 2_500, resumable: true });
-  t.teardown(() => slow.close());
-  const gateway = await startTestGateway(t, testConfig(slow.url, { upstream: { url: slow.url, callDeadline: '1s' }, tools: { job: { sku: 'research', cost: 1, charge: 'attempt' } } }));
-  const handle = await fundedHandle(gateway, 'job', { name: 'fund' });
-  const client = await connect(t, gateway);
-  // The SSE reply's head came before the deadline (the upstream accepted the call): under attempt the credit is kept.
-  const answered = (await client.request({ method: 'tools/call', params: { name: 'job', arguments: { name: 'late', tollboothToken: handle }, task: { ttl: 600_000 } } }, CallToolResultSchema)) as Json;
+  // A deadline of 1 s: the SSE head (sent at once) must beat it even on a loaded machine for the call to count as
+  // accepted; under attempt the credit is then kept.
+  const { slow, gateway, handle, client, answer: answered, taskId } = await lateTaskCall(t, { resumable: true, callDeadline: '1s', answerDelayMs: 2_500, charge: 'attempt' });
   t.equal(answered._meta?.['xyz.tollbooth/refusal']?.reason, 'deadline_exceeded', 'answered deadline_exceeded at the deadline');
   t.equal(await researchBalance(gateway, handle), 2, 'and charged: the upstream accepted the call');
-  await waitFor(() => slow.taskIds().length === 1, 'the upstream to have created the task');
-  const taskId = slow.taskIds()[0] as string;
   await waitFor(async () => (await gateway.store.getTask({ scope: 'default', taskId }))?.state !== undefined, 'the late task recorded', { timeoutMs: 10_000, everyMs: 50 });
   t.equal((await gateway.store.getTask({ scope: 'default', taskId }))?.state, 'committed', 'recorded as the call was concluded: committed');
   await slow.finish(taskId, 'completed');
