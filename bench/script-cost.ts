@@ -39,6 +39,7 @@ await measure('reserve + commit (spend entry, hash chain)', async (i) => {
   await store.reserve(request(`b${i}`));
   await store.commit(handleHash, `b${i}`, 'tool');
 });
+process.stdout.write(`  spend entries' chain links so far, by who hashed the entry before: ${JSON.stringify(store.ledgerLinks())}\n`);
 const counter = { name: 'budget:b', subject: 'p:alice', windowMs: 86_400_000, windowStart: 0, calls: 1, credits: 1, maxCalls: null, maxCredits: null };
 await measure('reserveQuotas + concludeQuotas (a budget)', async (i) => {
   await store.reserveQuotas({ holdId: `q${i}`, draws: [counter], deadline: Date.now() + 60_000 });

@@ -107,7 +107,7 @@ async function assembleParts(
   // Off (no otlpEndpoint, no console exporter): null, and nothing of OpenTelemetry is loaded.
   const tracing = await startTracing(config.tracing, logger, options.spanExporter);
   undo.push(() => tracing?.shutdown());
-  const metrics = createMetrics(() => store.countPendingCharges(), () => store.ping(), () => store.unreplicatedWrites?.() ?? {});
+  const metrics = createMetrics(() => store.countPendingCharges(), () => store.ping(), () => store.unreplicatedWrites?.() ?? {}, () => store.ledgerLinks?.() ?? {});
   // Every endpoint's upstream (SPEC §16, §18): an HTTP agent, or a stdio bridge on a private socket the proxy reaches like any HTTP upstream.
   // SPEC §22: relative paths in upstream.command resolve against the config file's directory.
   const upstreams = new UpstreamPool({ logger, cwd: options.configPath === undefined ? undefined : dirname(resolve(options.configPath)) });

@@ -66,6 +66,7 @@ export interface Metrics {
   outboxPending: client.Gauge;
   /** SPEC §21: money writes acted on without the replicas `store.redis.durability: replicated` asked for, by kind (read from the store at scrape time). */
   storeUnreplicatedWrites: client.Counter<'op'>;
+  storeLedgerLinks: client.Counter<'by'>;
   /** SPEC §21: payments the provider reported for charges the store did not know, kept for the operator. */
   orphanPayments: client.Counter;
   /** SPEC §23: priced calls refused because they would go over a budget, by budget name. */
@@ -101,8 +102,14 @@ export const STORE_UP_PING_MS = 500;
  * @param countPending read at scrape time for tollbooth_pending_charges
  * @param pingStore run at scrape time for tollbooth_store_up (default: countPending)
  * @param unreplicatedWrites read at scrape time: the store's running totals by kind (SPEC §21)
+ * @param ledgerLinks read at scrape time: the store's running totals of chain links by who hashed
  */
-export function createMetrics(countPending: () => Promise<number>, pingStore: () => Promise<unknown> = countPending, unreplicatedWrites: () => Record<string, number> = () => ({})): Metrics {
+export function createMetrics(
+  countPending: () => Promise<number>,
+  pingStore: () => Promise<unknown> = countPending,
+  unreplicatedWrites: () => Record<string, number> = () => ({}),
+  ledgerLinks: () => Record<string, number> = () => ({}),
+): Metrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
   // promtool rejects the nodejs_active_*_total gauges (a _total suffix on a gauge).
@@ -125,7 +132,6 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
       }
     },
   });
-  const unreplicatedCounted = new Map<string, number>();
   const stdioChildrenSource: Metrics['stdioChildrenSource'] = { read: () => [] };
   return {
     registry,
@@ -160,20 +166,20 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
     configInfo: new client.Gauge({ name: 'tollbooth_config_info', help: 'Always 1, labelled with the sha256 prefix of the effective config this process runs.', labelNames: ['sha'], registers }),
     outboxPending: new client.Gauge({ name: 'tollbooth_outbox_pending', help: 'Payment records (x402 settlements) waiting in this process\'s outbox file because the store could not take them.', registers }),
     orphanPayments: new client.Counter({ name: 'tollbooth_orphan_payments_total', help: 'Payments the provider reported for a charge the store does not know, kept for the operator (tollbooth charges orphans).', registers }),
-    storeUnreplicatedWrites: new client.Counter({
-      name: 'tollbooth_store_unreplicated_writes_total',
-      help: 'Money writes WAIT did not see on enough replicas (store.redis.durability: replicated), by kind: charge, claim, commit, adjust, expire, x402_claim, x402_settle.',
-      labelNames: ['op'],
+    storeUnreplicatedWrites: runningTotals(
+      'tollbooth_store_unreplicated_writes_total',
+      'Money writes WAIT did not see on enough replicas (store.redis.durability: replicated), by kind: charge, claim, commit, adjust, expire, x402_claim, x402_settle.',
+      'op',
+      unreplicatedWrites,
       registers,
-      collect() {
-        // The store keeps running totals; the counter catches up with them at each scrape.
-        for (const [op, total] of Object.entries(unreplicatedWrites())) {
-          const counted = unreplicatedCounted.get(op) ?? 0;
-          if (total > counted) this.inc({ op }, total - counted);
-          unreplicatedCounted.set(op, Math.max(total, counted));
-        }
-      },
-    }),
+    ),
+    storeLedgerLinks: runningTotals(
+      'tollbooth_store_ledger_links_total',
+      "Spend entries appended by the Redis store, by who hashed the previous entry for the chain link: gateway (this replica appended it and hashed it with node:crypto) or script (SHA-256 in Lua inside Redis, the dearer way).",
+      'by',
+      ledgerLinks,
+      registers,
+    ),
     budgetRefusals: new client.Counter({ name: 'tollbooth_budget_refusals_total', help: 'Priced calls refused because they would go over a budget (budget_exceeded), by budget.', labelNames: ['budget'], registers }),
     allowanceCalls: new client.Counter({ name: 'tollbooth_allowance_calls_total', help: 'Free calls used under an allowance (the upstream carried them out, by the tool\'s charge policy), by allowance.', labelNames: ['allowance'], registers }),
     stdioChildren: new client.Gauge({
@@ -192,4 +198,22 @@ export function createMetrics(countPending: () => Promise<number>, pingStore: ()
     idempotentNotKept: new client.Counter({ name: 'tollbooth_idempotent_results_not_kept_total', help: 'Committed results of calls with an idempotency key that were not kept for retries, by reason.', labelNames: ['server', 'reason'], registers }),
     stdioChildrenSource,
   };
+}
+
+/** A counter of totals the store keeps itself (it has no registry): it catches up with them at each scrape. */
+function runningTotals<L extends string>(name: string, help: string, label: L, read: () => Record<string, number>, registers: client.Registry[]): client.Counter<L> {
+  const counted = new Map<string, number>();
+  return new client.Counter({
+    name,
+    help,
+    labelNames: [label],
+    registers,
+    collect() {
+      for (const [value, total] of Object.entries(read())) {
+        const before = counted.get(value) ?? 0;
+        if (total > before) this.inc({ [label]: value } as Partial<Record<L, string>>, total - before);
+        counted.set(value, Math.max(total, before));
+      }
+    },
+  });
 }

@@ -323,6 +323,10 @@ export class RedisStore implements Store {
     return this.core.unreplicatedWrites();
   }
 
+  ledgerLinks(): Record<string, number> {
+    return this.handleOps.ledgerLinks();
+  }
+
   reportReplicaCoverage(): Promise<void> {
     return this.core.reportReplicaCoverage();
   }

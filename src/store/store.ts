@@ -228,6 +228,8 @@ export interface Store {
   listOrphanPayments(): Promise<OrphanPayment[]>;
   /** SPEC §21: writes acted on without the replicas durability asked for, by kind, since opened (Redis with durability replicated). */
   unreplicatedWrites?(): Record<string, number>;
+  /** Spend entries appended since opened, by who hashed the previous entry for the chain link: `gateway` or `script` (Redis only: redis/chain-heads.ts). */
+  ledgerLinks?(): Record<string, number>;
   /**
    * SPEC §21: with durability replicated, how waitReplicas compares with the replicas each primary has
    * now, logged once at start (`store_replicas`) when WAIT cannot keep the promise it is there for.

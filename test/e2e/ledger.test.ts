@@ -37,6 +37,7 @@ import { startPaidUpstream } from '../helpers/paid-upstream.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { allEntries } from '../store/ledger-conformance.js';
 import { waitFor } from '../helpers/clock.js';
+import { metricValue } from '../helpers/scripted-upstream.js';
 
 const redis = await startRedis();
 t.teardown(() => redis.stop());
@@ -115,6 +116,18 @@ t.test('concurrent calls ending every way: spend entries = calls the upstream ca
   t.equal(await balanceOf(store as never, handle), 100 - spends.length, 'the balance agrees');
   const verify = await verifyThrough(store, gateway.config);
   t.equal(verify.code, 0, verify.lines.join('\n'));
+
+  // Each spend's chain link was hashed by this gateway (it appended the entry before) or by Redis; in
+  // turn, with nothing else appending, every link is the gateway's (src/store/redis/chain-heads.ts).
+  const links = async (): Promise<{ gateway: number; script: number }> => ({
+    gateway: await metricValue(gateway.origin, 'tollbooth_store_ledger_links_total', { by: 'gateway' }),
+    script: await metricValue(gateway.origin, 'tollbooth_store_ledger_links_total', { by: 'script' }),
+  });
+  const concurrent = await links();
+  t.equal(concurrent.gateway + concurrent.script, spends.length, `one link per spend (${JSON.stringify(concurrent)})`);
+  for (let i = 0; i < 3; i++) t.equal((await call('fetch_readable', { url: `https://example.com/turn-${i}` })).kind, 'paid');
+  t.same(await links(), { gateway: concurrent.gateway + 3, script: concurrent.script }, 'calls in turn: the gateway hashed every link');
+  t.equal((await verifyThrough(store, gateway.config)).code, 0, 'and the chain still verifies');
 });
 
 t.test('a gateway SIGKILLed mid-call: the ledger verifies, and once the reconciler released the reservation nothing was spent for it', async (t) => {

@@ -109,22 +109,35 @@ end
 -- Appends one entry: seq = last seq + 1, at = max(at, last at), so seq and time order agree within
 -- a ledger and the id "<at>-<seq>" always grows. fp false: the fingerprint of the last entry.
 -- extra: more field/value pairs. Keeps the ledger alive until ends_at (never shortens it).
-local function ledger_append(ledger, at, now, ends_at, fp, kind, sku, credits, balance_after, extra)
-  local seq, last_fields, prev = 0, nil, GENESIS_HASH
+-- known (optional): {text, hash}, the canonical JSON of the entry the caller appended last to this
+-- ledger and its SHA-256, hashed by the gateway (../README.md, "Where it is computed"). The link is
+-- taken from it only when the last entry's canonical JSON is exactly that text; otherwise (another
+-- writer appended since, a failover lost it) it is hashed here. With known, also returns the new
+-- entry's canonical JSON, for the caller to hash and pass with its next append, and who made the
+-- link: 1 the caller's hash, 0 hashed here, -1 none (the ledger's first entry).
+local function ledger_append(ledger, at, now, ends_at, fp, kind, sku, credits, balance_after, extra, known)
+  local seq, last_fields, prev, linked = 0, nil, GENESIS_HASH, -1
   local last = redis.call('XREVRANGE', ledger, '+', '-', 'COUNT', 1)[1]
   if last then
-    -- The chain link is computed here, in the script that appends, so concurrent appends serialise.
-    prev = sha256hex(ledger_canonical(last[1], last[2]))
+    -- The chain link is made here, in the script that appends, so concurrent appends serialise.
+    local text = ledger_canonical(last[1], last[2])
+    if known and known[1] == text and string.find(known[2], '^%x+$') and #known[2] == 64 then
+      prev, linked = known[2], 1
+    else
+      prev, linked = sha256hex(text), 0
+    end
     local last_at, last_seq = string.match(last[1], '^(%d+)-(%d+)$')
     seq = tonumber(last_seq)
     if tonumber(last_at) > at then at = tonumber(last_at) end
     last_fields = last[2]
   end
   if not fp then fp = (last_fields and field_of(last_fields, 'fp')) or '' end
-  local command = {'XADD', ledger, int(at) .. '-' .. int(seq + 1), 'k', kind, 's', sku, 'c', int(credits), 'b', int(balance_after), 'fp', fp, 'pv', prev}
+  local id = int(at) .. '-' .. int(seq + 1)
+  local command = {'XADD', ledger, id, 'k', kind, 's', sku, 'c', int(credits), 'b', int(balance_after), 'fp', fp, 'pv', prev}
   for i = 1, #extra do command[#command + 1] = extra[i] end
   redis.call(unpack(command))
   live_until(ledger, ends_at, now)
+  if known then return seq + 1, ledger_canonical(id, {select(4, unpack(command))}), linked end
   return seq + 1
 end
 

@@ -87,9 +87,11 @@ return {'reserved', remaining, fresh}
 /**
  * Makes a reservation final and writes its spend entry (ref: the reservation id). A handle past its life keeps its
  * reservations for the expiry step, which writes them off in its expire entry.
- * KEYS handle, reservations, reservation index, ledger. ARGV reservationId, indexMember, now, tool, ledgerRetentionMs;
- * then the budget parts to commit with it (KEYS from 5, ARGV from 6). Returns the balance or nil
- * (nil: the reservation is not concluded here, and neither are the parts).
+ * KEYS handle, reservations, reservation index, ledger. ARGV reservationId, indexMember, now, tool, ledgerRetentionMs,
+ * chainText, chainHash (the caller's last entry of this ledger and its hash, or empty: ledger_append's
+ * \`known\`); then the budget parts to commit with it (KEYS from 5, ARGV from 8). Returns {balance, the
+ * spend entry's canonical JSON, who made its link: 1 the caller's hash, 0 the script, -1 none} or nil (nil: the reservation is
+ * not concluded here, and neither are the parts).
  */
 export const COMMIT = `${QUOTA_LUA}
 local now = tonumber(ARGV[3])
@@ -105,9 +107,9 @@ local balance = tonumber(redis.call('HGET', KEYS[1], 'b:' .. sku) or '0')
 -- ref: the reservation id, so each spend can be matched to the call that made it (logs carry it too).
 local extra = {'r', ARGV[1]}
 if ARGV[4] ~= '' then extra = {'r', ARGV[1], 't', ARGV[4]} end
-ledger_append(KEYS[4], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'spend', sku, -tonumber(cost), balance + reserved_of(KEYS[2], sku), extra)
-quota_conclude(read_quota_holds(5, 6), 'commit')
-return balance
+local _, text, linked = ledger_append(KEYS[4], now, now, ends, redis.call('HGET', KEYS[1], 'fp'), 'spend', sku, -tonumber(cost), balance + reserved_of(KEYS[2], sku), extra, {ARGV[6], ARGV[7]})
+quota_conclude(read_quota_holds(5, 8), 'commit')
+return {balance, text, linked}
 `;
 
 /**

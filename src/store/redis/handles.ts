@@ -8,6 +8,7 @@ import { checkGrant, checkHandleTtl, RETENTION_MS } from '../policy.js';
 import { keySlot, SLOT_COUNT } from '../slots.js';
 import { bySubject, checkDraw } from '../quota-policy.js';
 import type { Attempt, HandleState, HeldQuotas, NewHandle, QuotaDraw, SpendDecision, SpendRequest } from '../store.js';
+import { ChainHeads } from './chain-heads.js';
 import { drawParts, exceededAt, holdParts, type QuotaParts } from './quotas.js';
 import { ADMIN_SCAN_BUDGET_MS, asArray, LISTING_BUDGET_MS, newAttempt, parseCharge, PIPELINE_CHUNK, RedisCore, SCAN_COUNT, slotsByMaster, walkSlice } from './core.js';
 
@@ -17,11 +18,16 @@ const SHARD_WALK_SLICE = 1_024;
 /** A directory entry younger than this is kept even if its shard read empty (a reserve may have just listed it). */
 const SHARD_LISTING_GRACE_MS = 60_000;
 
+/** The commit script's third reply: who hashed the entry before the spend entry (none: the ledger's first). */
+const LINKED_BY: Record<string, 'gateway' | 'script' | undefined> = { '1': 'gateway', '0': 'script' };
+
 export class RedisHandles {
   /** Cluster stale sweep: the first slot of the next slice of its rotating walk. */
   private walkCursor = 0;
   /** Cluster: when this process last listed each slot's reservation shard in the directory. */
   private readonly shardListedAt = new Map<number, number>();
+  /** The last spend entry this process appended per handle, hashed here (chain-heads.ts). */
+  private readonly chainHeads = new ChainHeads();
 
   constructor(private readonly core: RedisCore) {}
 
@@ -102,6 +108,11 @@ export class RedisHandles {
     }
   }
 
+  /** Spend entries appended since opened, by who hashed the previous entry (Store.ledgerLinks). */
+  ledgerLinks(): Record<string, number> {
+    return this.chainHeads.links();
+  }
+
   async commit(handleHash: string, reservationId: string, tool = '', attempt?: Attempt, held?: HeldQuotas): Promise<number | null> {
     const k = this.core.keys.handle(handleHash);
     const member = indexMember(handleHash, reservationId);
@@ -110,8 +121,10 @@ export class RedisHandles {
     const quotas = this.heldParts(held);
     return this.core.call('commit', async () => {
       const mark = await this.core.mark(k.handle);
-      const balance = await this.core.once('tbCommit', opKey, attempt, [k.handle, k.reservations, index, k.ledger, ...quotas.keys], [reservationId, member, this.core.now(), tool, this.core.ledgerRetentionMs, ...quotas.args]);
-      if (balance === null) return null;
+      const reply = await this.core.once('tbCommit', opKey, attempt, [k.handle, k.reservations, index, k.ledger, ...quotas.keys], [reservationId, member, this.core.now(), tool, this.core.ledgerRetentionMs, ...this.chainHeads.args(handleHash), ...quotas.args]);
+      if (reply === null) return null;
+      const [balance, entry, linked] = asArray(reply);
+      this.chainHeads.remember(handleHash, String(entry), LINKED_BY[String(linked)]);
       // The result is delivered whatever WAIT says (the payer paid): an operator sees which spend a failover may have erased.
       if (!(await this.core.replicated(mark))) await this.core.reportUnreplicated('commit', handleHash);
       return Number(balance);
