@@ -5,7 +5,7 @@
 //
 //   node --import tsx bench/ab.ts --a <build> --b <build> [--scenario paid-memory] [--rounds 10]
 //        [--duration 3] [--warmup 1] [--connections 32] [--rate N] [--a-config JSON] [--b-config JSON] [--no-pin]
-//        [--profile DIR]
+//        [--profile DIR] [--handles N]
 //
 // <build>: `worktree` (this tree's dist/, built by `npm run build`), a directory holding a built
 // cli.js, or a git ref (its src/ is compiled into bench/.ab/<sha>/ once, next to node_modules).
@@ -15,6 +15,9 @@
 // rate a side that makes Redis or the origin slower, on the load core, also changes how the gateway
 // batches its writes). --profile DIR: each side runs with `--cpu-prof` and writes <A|B>.cpuprofile
 // there when it stops (whole run: set the two side by side, both served the same calls when paced).
+// --handles N (paid scenarios, with --rate): N funded handles per side, called round-robin, so each
+// handle sees rate/N calls per second (the production shape: no handle called by two calls at once),
+// instead of one hot handle. Redis scenarios also print Redis's CPU per request while each side ran.
 // Scenarios: free, paid-memory, paid-redis, paid-oauth. Each side is pinned to core 1 like the bench
 // (one runs at a time; the other idles); load, origin and Redis are on core 0.
 import { spawnSync } from 'node:child_process';
@@ -25,7 +28,7 @@ import { fileURLToPath } from 'node:url';
 import { startRedis, type RedisServer } from '../test/helpers/redis-server.js';
 import { startTestIssuer, type TestIssuer } from '../test/helpers/jwks-issuer.js';
 import { freePort } from '../test/helpers/gateway.js';
-import { callBody, cpuMicros, fundHandle, gatewayConfig, launch, LOAD_CORE, load, MCP_HEADERS, pinSelf, SERVER_CORE, waitForHttp, type Child } from './run.js';
+import { callBody, cpuMicros, fundHandle, fundHandles, gatewayConfig, launch, LOAD_CORE, load, MCP_HEADERS, pinSelf, SERVER_CORE, waitForHttp, type Child } from './run.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -41,8 +44,15 @@ interface Side {
 interface RoundResult {
   round: number;
   first: 'A' | 'B';
-  A: { usPerReq: number; reqPerSec: number };
-  B: { usPerReq: number; reqPerSec: number };
+  A: SideResult;
+  B: SideResult;
+}
+
+interface SideResult {
+  usPerReq: number;
+  reqPerSec: number;
+  /** Redis CPU per request while this side ran (Redis scenarios). */
+  redisUsPerReq?: number;
 }
 
 function option(argv: string[], name: string, fallback?: string): string | undefined {
@@ -91,6 +101,8 @@ async function main(argv: string[]): Promise<void> {
   const warmupS = Number(option(argv, '--warmup', '1'));
   const connections = Number(option(argv, '--connections', '32'));
   const rate = option(argv, '--rate') === undefined ? undefined : Number(option(argv, '--rate'));
+  const handles = Number(option(argv, '--handles', '1'));
+  if (handles > 1 && (rate === undefined || scenario === 'free')) throw new Error('--handles: a paid scenario, paced (--rate)');
   const paced = rate === undefined ? {} : { rate };
   const profileDir = option(argv, '--profile');
   const sides: Side[] = (['A', 'B'] as const).map((label) => {
@@ -104,6 +116,8 @@ async function main(argv: string[]): Promise<void> {
 
   const children: Child[] = [];
   let redis: RedisServer | null = null;
+  /** Redis runs for both sides but serves one at a time: its CPU during a side's run is that side's. */
+  let redisPid: number | null = null;
   let issuer: TestIssuer | null = null;
   try {
     const originPort = await freePort();
@@ -114,8 +128,9 @@ async function main(argv: string[]): Promise<void> {
     const store = scenario === 'paid-redis' || scenario === 'paid-oauth' ? 'redis' : 'memory';
     if (store === 'redis') {
       redis = await startRedis();
-      const redisPid = spawnSync('redis-cli', ['-p', String(redis.port), 'info', 'server'], { encoding: 'utf8' }).stdout.match(/process_id:(\d+)/)?.[1];
-      if (redisPid && pinning.startsWith('taskset')) spawnSync('taskset', ['-p', '-c', LOAD_CORE, redisPid]);
+      const pid = spawnSync('redis-cli', ['-p', String(redis.port), 'info', 'server'], { encoding: 'utf8' }).stdout.match(/process_id:(\d+)/)?.[1];
+      redisPid = pid ? Number(pid) : null;
+      if (pid && pinning.startsWith('taskset')) spawnSync('taskset', ['-p', '-c', LOAD_CORE, pid]);
     }
     if (scenario === 'paid-oauth') issuer = await startTestIssuer();
 
@@ -133,27 +148,37 @@ async function main(argv: string[]): Promise<void> {
         const headers: Record<string, string> = {};
         if (issuer) headers.authorization = `Bearer ${await issuer.mint({ sub: 'ab-user', aud: `${originOf}/mcp`, expSeconds: 6 * 3600 })}`;
         const paid = scenario !== 'free';
-        const token = paid ? await fundHandle(`${originOf}/mcp`, headers) : null;
-        return { side, child, url: `${originOf}/mcp`, headers, body: callBody(paid ? 'echo_paid' : 'echo', token ? { tollboothToken: token } : {}) };
+        const tokens = !paid ? [] : handles > 1 ? await fundHandles(`${originOf}/mcp`, handles) : [await fundHandle(`${originOf}/mcp`, headers)];
+        const bodyFor = tokens.length > 1 ? (i: number) => callBody('echo_paid', { tollboothToken: tokens[i % tokens.length] }) : undefined;
+        // How this side is loaded: connections, the pacing, and the handles' round-robin.
+        const shape = { connections, ...paced, ...(bodyFor ? { bodyFor } : {}) };
+        return { side, child, url: `${originOf}/mcp`, headers, body: callBody(paid ? 'echo_paid' : 'echo', tokens[0] ? { tollboothToken: tokens[0] } : {}), shape };
       }),
     );
 
     // An unrecorded warm-up of each side first: on a loaded 2-core box the JIT needs more than one round's warm-up.
-    for (const gateway of running) await load(gateway.url, gateway.body, gateway.headers, { durationS: Math.max(3, warmupS * 3), connections });
+    for (const gateway of running) await load(gateway.url, gateway.body, gateway.headers, { durationS: Math.max(3, warmupS * 3), ...gateway.shape });
     const results: RoundResult[] = [];
     for (let round = 0; round < rounds; round++) {
       const order = round % 2 === 0 ? running : [...running].reverse();
-      const partial: Partial<Record<'A' | 'B', { usPerReq: number; reqPerSec: number }>> = {};
+      const partial: Partial<Record<'A' | 'B', SideResult>> = {};
       for (const gateway of order) {
-        if (warmupS > 0) await load(gateway.url, gateway.body, gateway.headers, { durationS: warmupS, connections, ...paced });
+        if (warmupS > 0) await load(gateway.url, gateway.body, gateway.headers, { durationS: warmupS, ...gateway.shape });
         const before = cpuMicros(gateway.child.pid);
-        const measured = await load(gateway.url, gateway.body, gateway.headers, { durationS, connections, ...paced });
+        const redisBefore = redisPid === null ? 0 : cpuMicros(redisPid);
+        const measured = await load(gateway.url, gateway.body, gateway.headers, { durationS, ...gateway.shape });
         if (measured.non2xx + measured.errors > 0) throw new Error(`${gateway.side.label}: ${measured.non2xx} non-2xx, ${measured.errors} errors`);
-        partial[gateway.side.label] = { usPerReq: r1((cpuMicros(gateway.child.pid) - before) / Math.max(1, measured.requests)), reqPerSec: measured.reqPerSec };
+        const requests = Math.max(1, measured.requests);
+        partial[gateway.side.label] = {
+          usPerReq: r1((cpuMicros(gateway.child.pid) - before) / requests),
+          reqPerSec: measured.reqPerSec,
+          ...(redisPid === null ? {} : { redisUsPerReq: r1((cpuMicros(redisPid) - redisBefore) / requests) }),
+        };
       }
       const result = { round: round + 1, first: order[0]?.side.label as 'A' | 'B', A: partial.A as RoundResult['A'], B: partial.B as RoundResult['B'] };
       results.push(result);
-      log(`round ${result.round} (${result.first} first): A ${result.A.usPerReq} µs/req ${result.A.reqPerSec} req/s | B ${result.B.usPerReq} µs/req ${result.B.reqPerSec} req/s`);
+      const redisOf = (side: SideResult): string => (side.redisUsPerReq === undefined ? '' : ` (redis ${side.redisUsPerReq})`);
+      log(`round ${result.round} (${result.first} first): A ${result.A.usPerReq} µs/req${redisOf(result.A)} ${result.A.reqPerSec} req/s | B ${result.B.usPerReq} µs/req${redisOf(result.B)} ${result.B.reqPerSec} req/s`);
     }
 
     const aLower = results.filter((r) => r.A.usPerReq < r.B.usPerReq).length;
@@ -163,20 +188,30 @@ async function main(argv: string[]): Promise<void> {
       rounds,
       durationS,
       rate: rate ?? 'max',
-      A: { build: sides[0]?.build, config: sides[0]?.config, medianUsPerReq: r1(median(results.map((r) => r.A.usPerReq))), medianReqPerSec: Math.round(median(results.map((r) => r.A.reqPerSec))) },
-      B: { build: sides[1]?.build, config: sides[1]?.config, medianUsPerReq: r1(median(results.map((r) => r.B.usPerReq))), medianReqPerSec: Math.round(median(results.map((r) => r.B.reqPerSec))) },
+      A: { build: sides[0]?.build, config: sides[0]?.config, ...medians(results.map((r) => r.A)) },
+      B: { build: sides[1]?.build, config: sides[1]?.config, ...medians(results.map((r) => r.B)) },
       roundsALower: aLower,
       roundsBLower: bLower,
       results,
     };
     process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
     process.stdout.write(`\n| scenario | A µs/req (median) | B µs/req (median) | A req/s | B req/s | rounds B lower |\n| --- | ---: | ---: | ---: | ---: | ---: |\n| ${scenario} | ${summary.A.medianUsPerReq} | ${summary.B.medianUsPerReq} | ${summary.A.medianReqPerSec} | ${summary.B.medianReqPerSec} | ${bLower}/${rounds} |\n`);
+    if (redisPid !== null) process.stdout.write(`\nRedis CPU µs/req (median): A ${summary.A.medianRedisUsPerReq}, B ${summary.B.medianRedisUsPerReq}\n`);
   } finally {
     for (const child of children.reverse()) await child.stop();
     await redis?.stop();
     await issuer?.close();
     rmSync(workDir, { recursive: true, force: true });
   }
+}
+
+function medians(sides: SideResult[]): { medianUsPerReq: number; medianReqPerSec: number; medianRedisUsPerReq?: number } {
+  const redis = sides.flatMap((side) => (side.redisUsPerReq === undefined ? [] : [side.redisUsPerReq]));
+  return {
+    medianUsPerReq: r1(median(sides.map((side) => side.usPerReq))),
+    medianReqPerSec: Math.round(median(sides.map((side) => side.reqPerSec))),
+    ...(redis.length > 0 ? { medianRedisUsPerReq: r1(median(redis)) } : {}),
+  };
 }
 
 await main(process.argv.slice(2));

@@ -490,7 +490,7 @@ async function startTarget(env: Environment, target: Target): Promise<ServerUnde
 }
 
 /** `count` funded handles, opened `concurrency` at a time through one gateway. */
-async function fundHandles(gatewayUrl: string, count: number, concurrency = 8): Promise<string[]> {
+export async function fundHandles(gatewayUrl: string, count: number, concurrency = 8): Promise<string[]> {
   const handles: string[] = [];
   let next = 0;
   await Promise.all(

@@ -5,14 +5,13 @@
 // gives back the ones drawn when a later one refuses; a crash in between leaves hold parts that are
 // indexed (the index entry is each script's first write) and released by the stale sweep after the
 // hold's deadline.
-import { randomBytes } from 'node:crypto';
 import type { Cluster } from 'ioredis';
 import { GatewayError } from '../../errors.js';
 import { parseQuotaHoldMember, quotaHoldMember, type KeySpace } from '../keys.js';
 import type { ScriptName } from '../lua/index.js';
 import { bySubject, checkDraw, counterEnd, counterField, QUOTA_GRACE_MS, windowEnd } from '../quota-policy.js';
 import type { RedisClient } from '../redis-connection.js';
-import { slotsByMaster } from './core.js';
+import { newAttempt, slotsByMaster } from './core.js';
 import { SLOT_COUNT } from '../slots.js';
 import type { Attempt, QuotaCounter, QuotaDecision, QuotaDraw, QuotaRequest, QuotaUsage } from '../store.js';
 
@@ -38,8 +37,6 @@ const QUOTA_WALK_SLICE = 1_024;
 const PIPELINE_CHUNK = 256;
 /** The sweep reads many records. */
 const SWEEP_BUDGET_MS = 10_000;
-
-const newAttempt = (): Attempt => randomBytes(9).toString('base64url');
 
 /** When a hold part may be forgotten even if nobody concluded it: by then its counters are gone too, or its deadline long passed. */
 function holdEnd(deadline: number, counters: readonly QuotaCounter[]): number {
