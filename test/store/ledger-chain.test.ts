@@ -6,7 +6,7 @@ import { createHash, randomBytes, randomInt } from 'node:crypto';
 import { Redis } from 'ioredis';
 import t from 'tap';
 import { createLogger } from '../../src/observability/logger.js';
-import { canonicalEntry, canonicalJson, entryHash, GENESIS_HASH } from '../../src/store/ledger-chain.js';
+import { canonicalEntry, canonicalFields, canonicalJson, entryHash, GENESIS_HASH } from '../../src/store/ledger-chain.js';
 import { parseStreamEntry, type StreamItem } from '../../src/store/ledger-stream.js';
 import { LEDGER_PRELUDE } from '../../src/store/lua/ledger.js';
 import { PRELUDE } from '../../src/store/lua/prelude.js';
@@ -65,6 +65,33 @@ t.test('the canonical JSON of a stream entry is the same in Lua and in TypeScrip
     if (texts[i] !== expected) {
       differing++;
       if (differing <= 3) t.equal(texts[i], expected, `item ${i}`);
+    }
+  }
+  t.equal(differing, 0, 'no entry differs');
+});
+
+t.test('canonicalEntry, written in its sorted key order, equals the generic canonical JSON of the entry\'s fields', async (t) => {
+  const optionalText = (): string | undefined => [undefined, '', randomText()][randomInt(0, 3)];
+  let differing = 0;
+  for (let i = 0; i < 500; i++) {
+    const entry: LedgerEntry = {
+      seq: randomInt(1, 2 ** 47),
+      at: randomInt(0, 2 ** 47),
+      kind: (['grant', 'adjust', 'spend', 'expire', 'x402_settle'] as const)[i % 5] as LedgerEntry['kind'],
+      sku: randomText(),
+      credits: randomInt(-1e9, 1e9),
+      balanceAfter: randomInt(0, 2 ** 47),
+      ref: [null, '', randomText()][randomInt(0, 3)] as string | null,
+      fingerprint: randomText(),
+    };
+    for (const key of ['amount', 'asset', 'currency', 'network', 'payer', 'prev', 'reason', 'tool', 'transaction'] as const) {
+      const value = optionalText();
+      if (value !== undefined) entry[key] = value;
+    }
+    const expected = canonicalJson(canonicalFields(entry));
+    if (canonicalEntry(entry) !== expected) {
+      differing++;
+      if (differing <= 3) t.equal(canonicalEntry(entry), expected, `entry ${i}`);
     }
   }
   t.equal(differing, 0, 'no entry differs');
