@@ -27,6 +27,7 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Pool, request } from 'undici';
@@ -206,11 +207,18 @@ export async function authorisedCalls(gatewayOrigin: string): Promise<number> {
   return sum;
 }
 
-async function heapUsed(gatewayOrigin: string): Promise<number> {
+/** What the gateway's /metrics says of its process: heap used, the event loop's longest delay since the last scrape (prom-client resets it), GC seconds by kind so far. */
+async function processFacts(gatewayOrigin: string): Promise<{ heap: number; loopMaxMs: number; gcSeconds: Record<string, number> }> {
   const res = await request(`${gatewayOrigin}/metrics`);
   const text = await res.body.text();
-  const line = text.split('\n').find((l) => l.startsWith('nodejs_heap_size_used_bytes '));
-  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+  const value = (line: string): number => Number(line.slice(line.lastIndexOf(' ') + 1));
+  const facts = { heap: 0, loopMaxMs: 0, gcSeconds: {} as Record<string, number> };
+  for (const line of text.split('\n')) {
+    if (line.startsWith('nodejs_heap_size_used_bytes ')) facts.heap = value(line);
+    else if (line.startsWith('nodejs_eventloop_lag_max_seconds ')) facts.loopMaxMs = value(line) * 1000;
+    else if (line.startsWith('nodejs_gc_duration_seconds_sum{')) facts.gcSeconds[/kind="([^"]+)"/.exec(line)?.[1] ?? '?'] = value(line);
+  }
+  return facts;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -574,14 +582,25 @@ interface SoakReport {
   spikeSeconds: number;
   medianSecondP99Ms: number;
   worstSecondP99Ms: number;
-  /** The spike seconds (at most 30), each with every process's CPU in that second (% of one core, from /proc). */
-  spikes: { second: number; p99Ms: number; cpuPct: Record<string, number> }[];
+  /** The spike seconds (at most 30), each with every process's CPU in that second (% of one core, from /proc) and its pauses. */
+  spikes: { second: number; p99Ms: number; cpuPct: Record<string, number>; pauses: SecondPauses | null }[];
+  /** Seconds whose longest pause (the gateway's or the generator's event loop) was at least SOAK_PAUSE_MS, and how many of them were spikes. */
+  pausedSeconds: { all: number; spikes: number; byGatewayGc: number };
   /** Each process's CPU over the whole soak, % of one core: which one saturates. */
   cpuPct: Record<string, number>;
 }
 
 /** The soak runs at this share of the paid Redis max rate (issue 31: 70 % of capacity). */
 const SOAK_SHARE = 0.7;
+/** A pause this long in a second counts as one (the median second's p99 is ≈ 10 ms here). */
+const SOAK_PAUSE_MS = 20;
+
+/** One soak second's stalls: each event loop's longest delay, and the gateway's GC time by kind (ms). */
+interface SecondPauses {
+  gatewayLoopMaxMs: number;
+  generatorLoopMaxMs: number;
+  gatewayGcMs: Record<string, number>;
+}
 
 export async function runBench(options: BenchOptions): Promise<BenchReport> {
   mkdirSync(options.outDir, { recursive: true });
@@ -770,23 +789,37 @@ async function soak(env: Environment, sut: ServerUnderTest, rate: number, minute
   const body = callBody('echo_paid', { tollboothToken: sut.token });
   const memory: { t: number; rss: number; heap: number }[] = [];
   const started = performance.now();
-  const sampler = setInterval(() => {
-    void heapUsed(sut.origin).then((heap) => memory.push({ t: (performance.now() - started) / 1000, rss: rssBytes(sut.child.pid), heap }), () => undefined);
-  }, 10_000);
-  // Per-second CPU of every process in the run, to tell which one saturates in a slow second.
+  // Per-second CPU of every process in the run, to tell which one saturates in a slow second, and the
+  // second's pauses: a stall shows as a slow second without a busy process. The gateway's come from its
+  // /metrics (one scrape a second: its heap every 10th), the generator's from its own loop monitor.
   const processes: Record<string, number> = { gateway: sut.child.pid, redis: env.redisPid, origin: env.origin.pid, generator: process.pid };
   const cpuBySecond: Record<string, number>[] = [];
+  const pausesBySecond: SecondPauses[] = [];
+  const generatorLoop = monitorEventLoopDelay({ resolution: 1 });
+  generatorLoop.enable();
+  let gcBefore: Record<string, number> | null = null;
   let last = Object.fromEntries(Object.entries(processes).map(([name, pid]) => [name, cpuMicros(pid)]));
   const cpuStart = last;
   const cpuSampler = setInterval(() => {
     const now = Object.fromEntries(Object.entries(processes).map(([name, pid]) => [name, cpuMicros(pid)]));
-    cpuBySecond.push(Object.fromEntries(Object.keys(processes).map((name) => [name, Math.round(((now[name] as number) - (last[name] as number)) / 1e4)])));
+    const second = cpuBySecond.push(Object.fromEntries(Object.keys(processes).map((name) => [name, Math.round(((now[name] as number) - (last[name] as number)) / 1e4)]))) - 1;
     last = now;
+    const generatorLoopMaxMs = generatorLoop.max / 1e6;
+    generatorLoop.reset();
+    void processFacts(sut.origin).then(
+      (facts) => {
+        const gatewayGcMs = Object.fromEntries(Object.entries(facts.gcSeconds).map(([kind, total]) => [kind, Math.round((total - (gcBefore?.[kind] ?? total)) * 1e4) / 10]));
+        gcBefore = facts.gcSeconds;
+        pausesBySecond[second] = { gatewayLoopMaxMs: Math.round(facts.loopMaxMs * 10) / 10, generatorLoopMaxMs: Math.round(generatorLoopMaxMs * 10) / 10, gatewayGcMs };
+        if (second % 10 === 9) memory.push({ t: (performance.now() - started) / 1000, rss: rssBytes(sut.child.pid), heap: facts.heap });
+      },
+      () => undefined,
+    );
   }, 1_000);
   const durationS = Math.round(minutes * 60);
   const result = await load(sut.url, body, sut.headers, { durationS, connections: 16, rate, keepTimes: true });
-  clearInterval(sampler);
   clearInterval(cpuSampler);
+  generatorLoop.disable();
   const elapsedS = (performance.now() - started) / 1000;
   const cpuPct = Object.fromEntries(Object.entries(processes).map(([name, pid]) => [name, Math.round((cpuMicros(pid) - (cpuStart[name] as number)) / elapsedS / 1e4)]));
   const samples = result.samples as Float64Array;
@@ -817,8 +850,19 @@ async function soak(env: Environment, sut: ServerUnderTest, rate: number, minute
     spikeSeconds: spikes.spikes.length,
     medianSecondP99Ms: ms(spikes.median),
     worstSecondP99Ms: ms(spikes.worst),
-    spikes: spikes.spikes.slice(0, 30).map((second) => ({ second, p99Ms: ms(spikes.perSecondP99.get(second) as number), cpuPct: cpuBySecond[second] ?? {} })),
+    spikes: spikes.spikes.slice(0, 30).map((second) => ({ second, p99Ms: ms(spikes.perSecondP99.get(second) as number), cpuPct: cpuBySecond[second] ?? {}, pauses: pausesBySecond[second] ?? null })),
+    pausedSeconds: pausedSeconds(pausesBySecond, new Set(spikes.spikes)),
     cpuPct,
+  };
+}
+
+function pausedSeconds(bySecond: SecondPauses[], spikes: Set<number>): SoakReport['pausedSeconds'] {
+  const longest = (p: SecondPauses): number => Math.max(p.gatewayLoopMaxMs, p.generatorLoopMaxMs);
+  const paused = [...bySecond.entries()].filter(([, p]) => p !== undefined && longest(p) >= SOAK_PAUSE_MS);
+  return {
+    all: paused.length,
+    spikes: paused.filter(([second]) => spikes.has(second)).length,
+    byGatewayGc: paused.filter(([, p]) => (p.gatewayGcMs.major ?? 0) + (p.gatewayGcMs.minor ?? 0) + (p.gatewayGcMs.incremental ?? 0) >= SOAK_PAUSE_MS).length,
   };
 }
 
@@ -947,9 +991,16 @@ export function renderMarkdown(report: BenchReport): string {
     lines.push('');
     if (s.spikes.length > 0) {
       const names = Object.keys(s.cpuPct);
-      lines.push(`Seconds over ${TARGETS.soakSpikeFactor}× the median p99, with each process's CPU in that second (% of one core; 100 = a saturated core):`, '');
-      lines.push(`| second | p99 ms | ${names.join(' | ')} |`, `| ---: | ---: | ${names.map(() => '---:').join(' | ')} |`);
-      for (const spike of s.spikes) lines.push(`| ${spike.second} | ${spike.p99Ms} | ${names.map((n) => spike.cpuPct[n] ?? '–').join(' | ')} |`);
+      lines.push(
+        `Seconds over ${TARGETS.soakSpikeFactor}× the median p99, with each process's CPU in that second (% of one core; 100 = a saturated core) and its stalls: the longest event-loop delay of the gateway (its /metrics, scraped each second) and of the generator, and the gateway's GC time in that second by kind. Seconds with a stall of ≥ ${SOAK_PAUSE_MS} ms: ${s.pausedSeconds.all}, of them spikes ${s.pausedSeconds.spikes}; with ≥ ${SOAK_PAUSE_MS} ms of gateway GC: ${s.pausedSeconds.byGatewayGc}.`,
+        '',
+      );
+      lines.push(`| second | p99 ms | ${names.join(' | ')} | gateway loop max ms | generator loop max ms | gateway GC ms (major / minor / incremental) |`, `| ---: | ---: | ${names.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
+      for (const spike of s.spikes) {
+        const p = spike.pauses;
+        const gc = p ? ['major', 'minor', 'incremental'].map((kind) => p.gatewayGcMs[kind] ?? 0).join(' / ') : '–';
+        lines.push(`| ${spike.second} | ${spike.p99Ms} | ${names.map((n) => spike.cpuPct[n] ?? '–').join(' | ')} | ${p?.gatewayLoopMaxMs ?? '–'} | ${p?.generatorLoopMaxMs ?? '–'} | ${gc} |`);
+      }
       lines.push('');
     }
   }
