@@ -20,6 +20,8 @@
 //   --out DIR        where the JSON goes (default bench/results); --no-markdown leaves RESULTS.md alone
 //   --no-pin         do not use taskset
 // See bench/README.md for what pinning does (and does not do) on a 2-core machine.
+// Environment: BENCH_GATEWAY_NODE_ARGS="--max-semi-space-size=32 …": extra node flags for every gateway
+// (not the bare proxy), for experiments such as V8 heap tuning; the report's header names them.
 import autocannon from 'autocannon';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -460,6 +462,9 @@ export function gatewayConfig(port: number, originUrl: string, store: 'memory' |
   };
 }
 
+/** BENCH_GATEWAY_NODE_ARGS, split on spaces (see the header). */
+const GATEWAY_NODE_ARGS = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '');
+
 function profileArgsOf(env: Environment, target: Target): string[] {
   if (!env.options.profile) return [];
   const dir = join(env.options.outDir, 'profiles');
@@ -485,7 +490,7 @@ async function startTarget(env: Environment, target: Target): Promise<ServerUnde
   const variant: GatewayVariant = { budget: target === 'gw-budget', defaultLimits: target === 'gw-production' };
   // JSON is YAML: the config loader reads it as it is.
   writeFileSync(configFile, JSON.stringify(gatewayConfig(port, env.originUrl, store, env.redis.url, issuer, target === 'gw-traced' ? env.otlpSink.url : '', variant), null, 2));
-  const child = launch(target, SERVER_CORE, [process.execPath, ...profileArgsOf(env, target), 'dist/cli.js', 'start', '--config', configFile], env.workDir);
+  const child = launch(target, SERVER_CORE, [process.execPath, ...profileArgsOf(env, target), ...GATEWAY_NODE_ARGS, 'dist/cli.js', 'start', '--config', configFile], env.workDir);
   const origin = `http://127.0.0.1:${port}`;
   await waitForHttp(`${origin}/healthz`, child);
   const headers: Record<string, string> = {};
@@ -935,7 +940,7 @@ const END = '<!-- /bench:latest -->';
 export function renderMarkdown(report: BenchReport): string {
   const lines: string[] = [];
   lines.push(`Run ${report.startedAt} — \`${report.command}\``, '');
-  lines.push(`Machine: ${report.machine.cpu}, ${report.machine.cores} cores, ${report.machine.memoryGB} GB, Linux ${report.machine.kernel}, Node ${report.machine.node}. Load average (1/5/15 min) before ${report.machine.loadAverageBefore.join(' / ')}, after ${report.machine.loadAverageAfter?.join(' / ') ?? '?'}. Pinning: ${report.pinning}.`, '');
+  lines.push(`Machine: ${report.machine.cpu}, ${report.machine.cores} cores, ${report.machine.memoryGB} GB, Linux ${report.machine.kernel}, Node ${report.machine.node}. Load average (1/5/15 min) before ${report.machine.loadAverageBefore.join(' / ')}, after ${report.machine.loadAverageAfter?.join(' / ') ?? '?'}. Pinning: ${report.pinning}.${GATEWAY_NODE_ARGS.length > 0 ? ` Gateways run with node ${GATEWAY_NODE_ARGS.join(' ')}.` : ''}`, '');
   if (report.targets.length > 0) {
     lines.push('Targets (issue 31, logging at `info` as shipped; bench/targets.ts):', '', ...renderTargetTable(report.targets), '');
     const hinted = Object.entries(report.profileHints);
