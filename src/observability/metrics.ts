@@ -66,6 +66,7 @@ export interface Metrics {
   outboxPending: client.Gauge;
   /** SPEC §21: money writes acted on without the replicas `store.redis.durability: replicated` asked for, by kind (read from the store at scrape time). */
   storeUnreplicatedWrites: client.Counter<'op'>;
+  /** Redis store: spend entries by who hashed the ledger entry before them (the gateway, or Lua inside Redis). */
   storeLedgerLinks: client.Counter<'by'>;
   /** SPEC §21: payments the provider reported for charges the store did not know, kept for the operator. */
   orphanPayments: client.Counter;
@@ -102,7 +103,7 @@ export const STORE_UP_PING_MS = 500;
  * @param countPending read at scrape time for tollbooth_pending_charges
  * @param pingStore run at scrape time for tollbooth_store_up (default: countPending)
  * @param unreplicatedWrites read at scrape time: the store's running totals by kind (SPEC §21)
- * @param ledgerLinks read at scrape time: the store's running totals of chain links by who hashed
+ * @param ledgerLinks read at scrape time: the store's running totals of spend entries by who hashed the ledger entry before them
  */
 export function createMetrics(
   countPending: () => Promise<number>,

@@ -110,7 +110,7 @@ end
 -- a ledger and the id "<at>-<seq>" always grows. fp false: the fingerprint of the last entry.
 -- extra: more field/value pairs. Keeps the ledger alive until ends_at (never shortens it).
 -- known (optional): {text, hash}, the canonical JSON of the entry the caller appended last to this
--- ledger and its SHA-256, hashed by the gateway (../README.md, "Where it is computed"). The link is
+-- ledger and its SHA-256, hashed by the gateway (../README.md, "Ledger hash chain"). The link is
 -- taken from it only when the last entry's canonical JSON is exactly that text; otherwise (another
 -- writer appended since, a failover lost it) it is hashed here. With known, also returns the new
 -- entry's canonical JSON, for the caller to hash and pass with its next append, and who made the
