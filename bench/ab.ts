@@ -15,7 +15,7 @@
 // rate a side that makes Redis or the origin slower, on the load core, also changes how the gateway
 // batches its writes). --profile DIR: each side runs with `--cpu-prof` and writes <A|B>.cpuprofile
 // there when it stops (whole run: set the two side by side, both served the same calls when paced).
-// --handles N (paid scenarios, with --rate): N funded handles per side, called round-robin, so each
+// --handles N (paid-memory or paid-redis, with --rate): N funded handles per side, called round-robin, so each
 // handle sees rate/N calls per second (the production shape: no handle called by two calls at once),
 // instead of one hot handle. Redis scenarios also print Redis's CPU per request while each side ran.
 // Scenarios: free, paid-memory, paid-redis, paid-oauth. Each side is pinned to core 1 like the bench
@@ -102,7 +102,7 @@ async function main(argv: string[]): Promise<void> {
   const connections = Number(option(argv, '--connections', '32'));
   const rate = option(argv, '--rate') === undefined ? undefined : Number(option(argv, '--rate'));
   const handles = Number(option(argv, '--handles', '1'));
-  if (handles > 1 && (rate === undefined || scenario === 'free')) throw new Error('--handles: a paid scenario, paced (--rate)');
+  if (handles > 1 && (rate === undefined || scenario === 'free' || scenario === 'paid-oauth')) throw new Error('--handles: paid-memory or paid-redis, paced (--rate)');
   const paced = rate === undefined ? {} : { rate };
   const profileDir = option(argv, '--profile');
   const sides: Side[] = (['A', 'B'] as const).map((label) => {
