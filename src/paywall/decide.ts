@@ -217,8 +217,12 @@ export class Paywall {
    * could not confirm counts as released (fail closed).
    */
   async recordLateTask(priced: PricedCall, held: HeldCall, taskId: string, state: Conclusion['state']): Promise<void> {
-    const concluded: TaskRecord = { ...this.#taskRecord(priced, held), state: state === 'committed' ? 'committed' : 'released', remaining: null };
-    await this.#deps.store.recordConcludedTask({ scope: this.#server, taskId }, concluded).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'recordConcludedTask'));
+    await this.#recordConcludedTask(priced, { scope: this.#server, taskId }, this.#taskRecord(priced, held), state === 'committed' ? 'committed' : 'released');
+  }
+
+  /** Records a task as already concluded (unless it is recorded); a store failure is counted, and a read of the task then fails closed. */
+  async #recordConcludedTask(priced: PricedCall, key: TaskKey, record: TaskRecord, state: 'committed' | 'released'): Promise<void> {
+    await this.#deps.store.recordConcludedTask(key, { ...record, state, remaining: null }).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'recordConcludedTask'));
   }
 
   async #holdTask(priced: PricedCall, held: Extract<HeldCall, { kind: 'reserved' }>, message: JsonRpcResponse, taskId: string): Promise<Conclusion> {
@@ -235,7 +239,7 @@ export class Paywall {
       if (held.quotas) await this.#concludeQuotas(held.quotas, 'released', priced.reqId);
       // The reservation was released before the task was recorded (the call deadline): the task is not
       // paid for, and is recorded as released so that nobody reads it as an unpriced task's.
-      await this.#deps.store.recordConcludedTask(key, { ...record, state: 'released', remaining: null }).catch((error: unknown) => this.#countStoreFailure(priced.reqId, error, 'recordConcludedTask'));
+      await this.#recordConcludedTask(priced, key, record, 'released');
       this.#logCall(priced, 'deadline_exceeded', held.facts, 0);
       return { state: 'released', message: { jsonrpc: '2.0', id, result: refusalResult('deadline_exceeded', await priced.resultShape()) } };
     } catch (error) {
