@@ -204,6 +204,44 @@ t.test('SSE replies, GET streams and DELETE in a session are traced; a sampled-o
   assertNoSecrets(t, receiver, { 'session id': session, handle: offer.retry.value, 'checkout URL': offer.checkoutUrl });
 });
 
+t.test('sampleRatio 0: paid calls served, nothing recorded or exported, each upstream request still in an unsampled trace of its own', async (t) => {
+  const receiver = await startOtlpReceiver();
+  t.teardown(() => receiver.close());
+  const gateway = await tracedGateway(t, stateless.url, receiver, { sampleRatio: 0 });
+  const earlier = stateless.callsOf('fetch_readable').length;
+  const flow = await paidFlow(gateway, {});
+  t.ok(flow.paid.json.result._meta['xyz.tollbooth/receipt'], 'the paid call is served with its receipt');
+  const again = await post(gateway, toolCall('fetch_readable', { url: 'second', tollboothToken: flow.handle }));
+  t.ok(again.json.result._meta['xyz.tollbooth/receipt'], 'and the next one');
+  await gateway.close();
+  t.same(receiver.spans, [], 'no span is exported');
+  const parents = stateless.callsOf('fetch_readable').slice(earlier).map((call) => call.headers.traceparent);
+  t.equal(parents.length, 2, 'the upstream got both paid calls');
+  for (const traceparent of parents) t.match(traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/, 'each with a traceparent flagged unsampled');
+  t.not((parents[0] as string).slice(3, 35), (parents[1] as string).slice(3, 35), 'each request its own trace');
+});
+
+t.test('an unsampled request runs outside any trace context; a sampled one inside its own', async (t) => {
+  const { createTracing } = await import('../../src/observability/tracing-sdk.js');
+  const { InMemorySpanExporter } = await import('@opentelemetry/sdk-trace-base');
+  const { trace } = await import('@opentelemetry/api');
+  const { IncomingMessage, ServerResponse } = await import('node:http');
+  const { Socket } = await import('node:net');
+  const { createLogger } = await import('../../src/observability/logger.js');
+  const exporter = new InMemorySpanExporter();
+  const tracing = createTracing({ otlpEndpoint: 'http://127.0.0.1:9', serviceName: 'unit', sampleRatio: 1, exporter: 'otlp' }, createLogger('silent'), exporter);
+  t.teardown(() => tracing.shutdown());
+  const response = () => new ServerResponse(new IncomingMessage(new Socket()));
+  const sampled = tracing.startRequest('POST', '/mcp', { traceparent: `00-${CLIENT_TRACE_ID}-${CLIENT_SPAN_ID}-01` }, response());
+  const unsampled = tracing.startRequest('POST', '/mcp', { traceparent: `00-${CLIENT_TRACE_ID}-${CLIENT_SPAN_ID}-00` }, response());
+  t.equal(sampled.within(() => trace.getActiveSpan()?.spanContext().traceId), CLIENT_TRACE_ID, "a sampled request's work sees its span");
+  t.equal(unsampled.within(() => trace.getActiveSpan()), undefined, "an unsampled one's sees none: no context entered, no child span built");
+  const headers: Record<string, unknown> = { traceparent: 'from-the-client' };
+  const callback = (): void => undefined;
+  t.equal(unsampled.forward({ method: 'POST', origin: 'http://127.0.0.1:1', headers }, callback), callback, 'its upstream callback is not wrapped');
+  t.match(headers.traceparent, new RegExp(`^00-${CLIENT_TRACE_ID}-(?!${CLIENT_SPAN_ID})[0-9a-f]{16}-00$`), 'the upstream continues the trace, unsampled, under the gateway');
+});
+
 t.test('on the Redis store: the same children, the store wrapper in front of the Lua-backed store', async (t) => {
   const redis = await startRedis();
   t.teardown(() => redis.stop());
