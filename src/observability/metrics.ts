@@ -2,6 +2,7 @@
 // carry only bounded values: method names from a fixed list, tool/SKU names from the config.
 import client from 'prom-client';
 import { withBudget } from '../io/budget.js';
+import { BucketHistogram } from './bucket-histogram.js';
 
 // 0.25 ms … 30 s
 const LATENCY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -39,13 +40,13 @@ export interface Metrics {
   registry: client.Registry;
   /** `server` (SPEC §18): `default` for the top-level endpoint, else its `servers` key. */
   mcpRequests: client.Counter<'server' | 'method' | 'era' | 'status'>;
-  mcpRequestDuration: client.Histogram<'server' | 'method'>;
+  mcpRequestDuration: BucketHistogram<'server' | 'method'>;
   paidCalls: client.Counter<'server' | 'tool' | 'sku' | 'outcome'>;
   credits: client.Counter<'sku' | 'kind'>;
   settlements: client.Counter<'sku' | 'result'>;
   chargesOpened: client.Counter<'sku'>;
   pendingCharges: client.Gauge;
-  upstreamDuration: client.Histogram<'server' | 'method' | 'outcome'>;
+  upstreamDuration: BucketHistogram<'server' | 'method' | 'outcome'>;
   providerRequests: client.Counter<'op' | 'status'>;
   storeErrors: client.Counter<'op'>;
   authFailures: client.Counter<'reason'>;
@@ -137,7 +138,7 @@ export function createMetrics(
   return {
     registry,
     mcpRequests: new client.Counter({ name: 'tollbooth_mcp_requests_total', help: 'MCP requests handled, by endpoint, method, era and HTTP status class (2xx … 5xx).', labelNames: ['server', 'method', 'era', 'status'], registers }),
-    mcpRequestDuration: new client.Histogram({ name: 'tollbooth_mcp_request_duration_seconds', help: 'Time to answer an MCP request (to response headers for streams).', labelNames: ['server', 'method'], buckets: LATENCY_BUCKETS, registers }),
+    mcpRequestDuration: new BucketHistogram({ name: 'tollbooth_mcp_request_duration_seconds', help: 'Time to answer an MCP request (to response headers for streams).', labelNames: ['server', 'method'], buckets: LATENCY_BUCKETS, registers }),
     paidCalls: new client.Counter({ name: 'tollbooth_paid_calls_total', help: 'Calls of priced tools, by endpoint, tool, SKU and outcome.', labelNames: ['server', 'tool', 'sku', 'outcome'], registers }),
     credits: new client.Counter({ name: 'tollbooth_credits_total', help: 'Credits granted, spent and refunded.', labelNames: ['sku', 'kind'], registers }),
     settlements: new client.Counter({ name: 'tollbooth_settlements_total', help: 'Charges settled, by result.', labelNames: ['sku', 'result'], registers }),
@@ -154,7 +155,7 @@ export function createMetrics(
         }
       },
     }),
-    upstreamDuration: new client.Histogram({ name: 'tollbooth_upstream_duration_seconds', help: 'Upstream request time, by endpoint, method and outcome.', labelNames: ['server', 'method', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
+    upstreamDuration: new BucketHistogram({ name: 'tollbooth_upstream_duration_seconds', help: 'Upstream request time, by endpoint, method and outcome.', labelNames: ['server', 'method', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
     providerRequests: new client.Counter({ name: 'tollbooth_provider_requests_total', help: 'Payment provider API requests, by operation and status.', labelNames: ['op', 'status'], registers }),
     storeErrors: new client.Counter({ name: 'tollbooth_store_errors_total', help: 'Store operations that failed, by operation.', labelNames: ['op'], registers }),
     authFailures: new client.Counter({ name: 'tollbooth_auth_failures_total', help: 'Requests refused by the OAuth resource server, by reason.', labelNames: ['reason'], registers }),

@@ -2,7 +2,8 @@
 // tollbooth_mcp_requests_total / _request_duration_seconds when a response closes (finished or cut),
 // tollbooth_upstream_duration_seconds{method,outcome} when the upstream's part is known, and a log line
 // for every upstream failure. Label children are cached: the free path builds no label objects.
-import type { Counter, Histogram } from 'prom-client';
+import type { Counter } from 'prom-client';
+import type { BucketHistogramChild } from '../observability/bucket-histogram.js';
 import type { Logger } from '../observability/logger.js';
 import { methodLabel, statusClass, type Metrics } from '../observability/metrics.js';
 import type { McpCall } from './call-state.js';
@@ -11,7 +12,7 @@ import type { UpstreamFailure, UpstreamOutcome } from './upstream-failure.js';
 const OBSERVE = { observe: true };
 
 type CounterChild = ReturnType<Counter<'method' | 'era' | 'status'>['labels']>;
-type HistogramChild = ReturnType<Histogram<string>['labels']>;
+type HistogramChild = BucketHistogramChild;
 
 export class ProxyRecorder {
   readonly #metrics: Metrics;
