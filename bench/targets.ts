@@ -58,6 +58,12 @@ export const TARGETS = {
   soakSpikeFactor: 3,
   soakRssGrowthPct: 5,
   soakMinMinutes: 10,
+  /**
+   * A soak whose median second has a p99 above this did not serve its rate: calls queued behind each other
+   * for the whole run (the rate was above what the machine gave it), so every second is slow and the
+   * spike rule, relative to that median, would find none. Such a run is missed, never met.
+   */
+  soakServedMedianP99Ms: 1_000,
 } as const;
 
 /**
@@ -144,8 +150,9 @@ export function evaluateTargets(input: TargetInput): TargetResult[] {
   } else {
     const failures = soak.non2xx + soak.errors;
     const measured = `${soak.spikeSeconds} spike seconds (median second p99 ${soak.medianSecondP99Ms} ms, worst ${soak.worstSecondP99Ms} ms), RSS ${soak.rssGrowthPct} %, ${failures} errors`;
-    const met = soak.spikeSeconds === 0 && soak.rssGrowthPct <= TARGETS.soakRssGrowthPct && failures === 0;
-    results.push({ id: 'soak', target: soakTarget, measured, status: met ? 'met' : 'missed', scenario: 'gateway-paid-redis' });
+    const served = soak.medianSecondP99Ms <= TARGETS.soakServedMedianP99Ms;
+    const met = served && soak.spikeSeconds === 0 && soak.rssGrowthPct <= TARGETS.soakRssGrowthPct && failures === 0;
+    results.push({ id: 'soak', target: soakTarget, measured: served ? measured : `${measured}; the rate was not served (calls queued all run)`, status: met ? 'met' : 'missed', scenario: 'gateway-paid-redis' });
   }
   return results;
 }

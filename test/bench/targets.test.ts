@@ -75,6 +75,8 @@ t.test('just past each threshold the target is missed, and only that one', async
     ['soak', (i) => void ((i.soak as NonNullable<TargetInput['soak']>).rssGrowthPct = 5.1)],
     ['soak', (i) => void ((i.soak as NonNullable<TargetInput['soak']>).errors = 1)],
     ['soak', (i) => void ((i.soak as NonNullable<TargetInput['soak']>).spikeSeconds = 1)],
+    // Every second slow alike: no spike against that median, but the rate was not served.
+    ['soak', (i) => void ((i.soak as NonNullable<TargetInput['soak']>).medianSecondP99Ms = 1_001)],
   ];
   for (const [id, spoil] of cases) {
     const input = atThreshold();

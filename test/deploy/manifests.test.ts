@@ -44,10 +44,11 @@ const issues = (result: { success: boolean; error?: { issues: Array<{ path: Prop
 /** Every series name metrics.ts declares, with the _bucket/_sum/_count series of its histograms. */
 function declaredSeries(): Set<string> {
   const names = new Set<string>(['up']);
-  for (const m of read('src/observability/metrics.ts').matchAll(/new client\.(Counter|Gauge|Histogram)\(\{\s*name: '([a-z0-9_]+)'/g)) {
+  // BucketHistogram (observability/bucket-histogram.ts) is a histogram with prom-client's series.
+  for (const m of read('src/observability/metrics.ts').matchAll(/new (?:client\.)?(Counter|Gauge|Histogram|BucketHistogram)\(\{\s*name: '([a-z0-9_]+)'/g)) {
     const [, kind, name] = m as unknown as [string, string, string];
     names.add(name);
-    if (kind === 'Histogram') for (const suffix of ['_bucket', '_sum', '_count']) names.add(name + suffix);
+    if (kind.endsWith('Histogram')) for (const suffix of ['_bucket', '_sum', '_count']) names.add(name + suffix);
   }
   return names;
 }
