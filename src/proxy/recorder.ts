@@ -12,15 +12,14 @@ import type { UpstreamFailure, UpstreamOutcome } from './upstream-failure.js';
 const OBSERVE = { observe: true };
 
 type CounterChild = ReturnType<Counter<'method' | 'era' | 'status'>['labels']>;
-type HistogramChild = BucketHistogramChild;
 
 export class ProxyRecorder {
   readonly #metrics: Metrics;
   readonly #logger: Logger;
   readonly #now: () => number;
   readonly #requests = new Map<string, Map<string, Map<string, CounterChild>>>();
-  readonly #durations = new Map<string, HistogramChild>();
-  readonly #upstream = new Map<string, Map<string, HistogramChild>>();
+  readonly #durations = new Map<string, BucketHistogramChild>();
+  readonly #upstream = new Map<string, Map<string, BucketHistogramChild>>();
 
   /** The endpoint (SPEC §18): `default` or its `servers` key. */
   readonly #server: string;
@@ -52,7 +51,7 @@ export class ProxyRecorder {
   upstream(call: McpCall, outcome: UpstreamOutcome): void {
     const method = methodLabel(call.method);
     let byOutcome = this.#upstream.get(method);
-    if (!byOutcome) this.#upstream.set(method, (byOutcome = new Map<string, HistogramChild>()));
+    if (!byOutcome) this.#upstream.set(method, (byOutcome = new Map<string, BucketHistogramChild>()));
     let histogram = byOutcome.get(outcome);
     if (!histogram) byOutcome.set(outcome, (histogram = this.#metrics.upstreamDuration.labels(this.#server, method, outcome)));
     histogram.observe((this.#now() - (call.forwardedAt || call.startedAt)) / 1000);
