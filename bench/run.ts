@@ -11,6 +11,8 @@
 //   --quick          short run (3 s scenarios, 50 SSE samples)
 //   --soak [D]       also run the soak: paid Redis calls at a fixed rate for D (10m, 90s, or minutes; default 10m)
 //   --soak-rate R    req/s for the soak (default: 70% of the paid Redis max rate)
+//   --soak-baseline  after the soak, the same soak through the bare proxy (echo, same rate and length):
+//                    what the spike rule finds in a Node proxy that does none of the gateway's work
 //   --production-handles N  funded handles of the production-shaped scenario (default 1000)
 //   --connections N  autocannon connections for the max-rate runs (default 32)
 //   --sse-samples N  sequential streaming calls per target for time-to-first-event (default 200)
@@ -53,6 +55,7 @@ export interface BenchOptions {
   sseSamples: number;
   soakMinutes: number | null;
   soakRate: number | null;
+  soakBaseline: boolean;
   /** Handles of the production-shaped scenario (default 1,000; the suite's smoke run uses a few). */
   productionHandles: number;
   profile: boolean;
@@ -76,6 +79,7 @@ export function parseArgs(argv: string[]): BenchOptions {
     sseSamples: Number(value('--sse-samples') ?? (quick ? 50 : 200)),
     soakMinutes: argv.includes('--soak') ? parseSoakDuration(value('--soak')) : null,
     soakRate: value('--soak-rate') === undefined ? null : Number(value('--soak-rate')),
+    soakBaseline: argv.includes('--soak-baseline'),
     productionHandles: Number(value('--production-handles') ?? 1_000),
     profile: argv.includes('--profile'),
     only: value('--only') ? new Set((value('--only') as string).split(',')) : null,
@@ -561,8 +565,16 @@ export interface BenchReport {
   fixedRate: { rate: number; results: ScenarioResult[] } | null;
   ratios: Record<string, number>;
   addedLatencyMs: Record<string, { p50: number; p99: number; p999: number }>;
+  /**
+   * Not a target: each gateway and the bare proxy paced at half that gateway's own max rate. The
+   * target's rate (half the bare proxy's max) is above every paid path's capacity on this machine, so
+   * there its added latency is queueing; here it is the gateway's own work per call.
+   */
+  withinCapacity: { name: string; rate: number; bare: LoadResult['latencyMs']; gateway: LoadResult['latencyMs']; addedMs: { p50: number; p99: number; p999: number }; failures: number }[];
   sse: { samples: number; results: Record<string, { p50: number; p90: number; p99: number }>; deltaP50Ms: Record<string, number> } | null;
   soak: SoakReport | null;
+  /** With --soak-baseline: the same soak through the bare proxy (not a target: the floor a Node proxy on this machine shows). */
+  soakBaseline: SoakReport | null;
   /** What the OTLP sink received from the traced gateway (spans exported, not dropped). */
   tracing: { exportRequests: number; spans: number; bytes: number } | null;
   profiles: string[];
@@ -634,8 +646,10 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     fixedRate: null,
     ratios: {},
     addedLatencyMs: {},
+    withinCapacity: [],
     sse: null,
     soak: null,
+    soakBaseline: null,
     tracing: null,
     profiles: [],
     costs: {},
@@ -673,6 +687,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
     const targets = new Set(SCENARIOS.filter((s) => wanted(s.name)).map((s) => s.target));
     if (wanted('sse')) targets.add('gw-memory');
     if (options.soakMinutes !== null) targets.add('gw-redis');
+    if (options.soakMinutes !== null && options.soakBaseline) targets.add('bare');
     if (targets.has('gw-production')) targets.add('gw-redis');
     log(`starting ${[...targets].join(', ')}`);
     await Promise.all([...targets].map(tryUse));
@@ -714,6 +729,22 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       }
     }
 
+    if (bare) {
+      const bareScenario = SCENARIOS.find((s) => s.name === 'bare-proxy') as Scenario;
+      for (const row of report.maxRate.filter((r) => r.name.startsWith('gateway') && r.name !== PRODUCTION_SCENARIO)) {
+        const scenario = SCENARIOS.find((s) => s.name === row.name) as Scenario;
+        const sut = await tryUse(scenario.target);
+        if (!sut) continue;
+        const rate = Math.max(10, Math.round(row.reqPerSec / 2));
+        log(`within capacity, ${rate}/s: bare-proxy and ${row.name}`);
+        const pair = { durationS: options.durationS, connections: 16, rate };
+        const bareRun = await runScenario(env, await use('bare'), bareScenario, pair);
+        const gatewayRun = await runScenario(env, sut, scenario, pair);
+        const delta = (k: 'p50' | 'p99' | 'p999'): number => Math.round((gatewayRun.latencyMs[k] - bareRun.latencyMs[k]) * 1000) / 1000;
+        report.withinCapacity.push({ name: row.name, rate, bare: bareRun.latencyMs, gateway: gatewayRun.latencyMs, addedMs: { p50: delta('p50'), p99: delta('p99'), p999: delta('p999') }, failures: gatewayRun.non2xx + gatewayRun.errors });
+      }
+    }
+
     if (wanted('sse')) {
       log('time to first event');
       const results: Record<string, { p50: number; p90: number; p99: number }> = {};
@@ -732,6 +763,10 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       const rate = options.soakRate ?? Math.max(10, Math.round((paidRedis?.reqPerSec ?? 1000) * SOAK_SHARE));
       log(`soak: ${options.soakMinutes} min at ${rate}/s`);
       report.soak = await soak(env, sut, rate, options.soakMinutes);
+      if (options.soakBaseline) {
+        log(`soak baseline (the bare proxy): ${options.soakMinutes} min at ${rate}/s`);
+        report.soakBaseline = await soak(env, await use('bare'), rate, options.soakMinutes);
+      }
     }
   } finally {
     log('stopping');
@@ -791,13 +826,15 @@ async function startOtlpSink(): Promise<OtlpSink> {
 }
 
 async function soak(env: Environment, sut: ServerUnderTest, rate: number, minutes: number): Promise<SoakReport> {
-  const body = callBody('echo_paid', { tollboothToken: sut.token });
+  // The bare proxy forwards free calls only (its own max-rate row's): a token would mean nothing to it.
+  const bare = sut.name === 'bare-proxy';
+  const body = bare ? callBody('echo', {}) : callBody('echo_paid', { tollboothToken: sut.token });
   const memory: { t: number; rss: number; heap: number }[] = [];
   const started = performance.now();
   // Per-second CPU of every process in the run, to tell which one saturates in a slow second, and the
   // second's pauses: a stall shows as a slow second without a busy process. The gateway's come from its
   // /metrics (one scrape a second: its heap every 10th), the generator's from its own loop monitor.
-  const processes: Record<string, number> = { gateway: sut.child.pid, redis: env.redisPid, origin: env.origin.pid, generator: process.pid };
+  const processes: Record<string, number> = { [bare ? 'bare-proxy' : 'gateway']: sut.child.pid, redis: env.redisPid, origin: env.origin.pid, generator: process.pid };
   const cpuBySecond: Record<string, number>[] = [];
   const pausesBySecond: SecondPauses[] = [];
   const generatorLoop = monitorEventLoopDelay({ resolution: 1 });
@@ -811,12 +848,15 @@ async function soak(env: Environment, sut: ServerUnderTest, rate: number, minute
     last = now;
     const generatorLoopMaxMs = generatorLoop.max / 1e6;
     generatorLoop.reset();
-    void processFacts(sut.origin).then(
+    // The bare proxy has no /metrics: its seconds carry CPU and RSS only.
+    void (bare ? Promise.resolve(null) : processFacts(sut.origin)).then(
       (facts) => {
-        const gatewayGcMs = Object.fromEntries(Object.entries(facts.gcSeconds).map(([kind, total]) => [kind, Math.round((total - (gcBefore?.[kind] ?? total)) * 1e4) / 10]));
-        gcBefore = facts.gcSeconds;
-        pausesBySecond[second] = { gatewayLoopMaxMs: Math.round(facts.loopMaxMs * 10) / 10, generatorLoopMaxMs: Math.round(generatorLoopMaxMs * 10) / 10, gatewayGcMs };
-        if (second % 10 === 9) memory.push({ t: (performance.now() - started) / 1000, rss: rssBytes(sut.child.pid), heap: facts.heap });
+        if (facts) {
+          const gatewayGcMs = Object.fromEntries(Object.entries(facts.gcSeconds).map(([kind, total]) => [kind, Math.round((total - (gcBefore?.[kind] ?? total)) * 1e4) / 10]));
+          gcBefore = facts.gcSeconds;
+          pausesBySecond[second] = { gatewayLoopMaxMs: Math.round(facts.loopMaxMs * 10) / 10, generatorLoopMaxMs: Math.round(generatorLoopMaxMs * 10) / 10, gatewayGcMs };
+        }
+        if (second % 10 === 9) memory.push({ t: (performance.now() - started) / 1000, rss: rssBytes(sut.child.pid), heap: facts?.heap ?? 0 });
       },
       () => undefined,
     );
@@ -975,6 +1015,15 @@ export function renderMarkdown(report: BenchReport): string {
     }
     lines.push('');
   }
+  if (report.withinCapacity.length > 0) {
+    lines.push(
+      "Within capacity (not a target): each gateway and the bare proxy paced at half that gateway's own max rate, 16 connections. At the target's rate above, a path whose capacity is below it only queues; here the added latency is the gateway's own work per call:",
+      '',
+    );
+    lines.push('| scenario | rate req/s | bare p50 ms | bare p99 ms | gateway p50 ms | gateway p99 ms | added p50 ms | added p99 ms | failures |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+    for (const r of report.withinCapacity) lines.push(`| ${r.name} | ${r.rate} | ${r.bare.p50} | ${r.bare.p99} | ${r.gateway.p50} | ${r.gateway.p99} | ${r.addedMs.p50} | ${r.addedMs.p99} | ${r.failures} |`);
+    lines.push('');
+  }
   if (report.sse) {
     lines.push(`SSE time to first event (${report.sse.samples} sequential streaming calls each):`, '');
     lines.push('| path | p50 ms | p90 ms | p99 ms | Δp50 vs direct ms |', '| --- | ---: | ---: | ---: | ---: |');
@@ -987,29 +1036,43 @@ export function renderMarkdown(report: BenchReport): string {
     const cost = paid && traced ? ` Tracing on vs off (paid, memory store): ${Math.round((traced.reqPerSec / paid.reqPerSec) * 1000) / 1000}× the req/s, ${Math.round((traced.cpuUsPerReq - paid.cpuUsPerReq) * 10) / 10} µs more CPU per request.` : '';
     lines.push(`Tracing: the OTLP sink received ${report.tracing.spans} spans in ${report.tracing.exportRequests} exports (${Math.round(report.tracing.bytes / 1024)} KiB).${cost}`, '');
   }
-  if (report.soak) {
-    const s = report.soak;
-    lines.push(`Soak: paid Redis calls at ${s.rate} req/s for ${s.minutes} min — RSS growth ${s.rssGrowthPct}%, heap growth ${s.heapGrowthPct}%, p99 drift ${s.p99DriftMs} ms, non-2xx+errors ${s.non2xx + s.errors}; per-second p99: median ${s.medianSecondP99Ms} ms, worst ${s.worstSecondP99Ms} ms, ${s.spikeSeconds} seconds over ${TARGETS.soakSpikeFactor}× the median.`, '');
-    lines.push(`CPU over the soak (% of one core): ${Object.entries(s.cpuPct).map(([name, pct]) => `${name} ${pct}`).join(', ')}.`, '');
-    lines.push('| minute | requests | p50 ms | p99 ms | RSS MB | heap used MB |', '| ---: | ---: | ---: | ---: | ---: | ---: |');
-    for (const w of s.windows) lines.push(`| ${w.minute} | ${w.requests} | ${w.p50} | ${w.p99} | ${w.rssMB} | ${w.heapUsedMB} |`);
-    lines.push('');
-    if (s.spikes.length > 0) {
-      const names = Object.keys(s.cpuPct);
-      lines.push(
-        `Seconds over ${TARGETS.soakSpikeFactor}× the median p99, with each process's CPU in that second (% of one core; 100 = a saturated core) and its stalls: the longest event-loop delay of the gateway (its /metrics, scraped each second) and of the generator, and the gateway's GC time in that second by kind. Seconds with a stall of ≥ ${SOAK_PAUSE_MS} ms: ${s.pausedSeconds.all}, of them spikes ${s.pausedSeconds.spikes}; with ≥ ${SOAK_PAUSE_MS} ms of gateway GC: ${s.pausedSeconds.byGatewayGc}.`,
-        '',
-      );
-      lines.push(`| second | p99 ms | ${names.join(' | ')} | gateway loop max ms | generator loop max ms | gateway GC ms (major / minor / incremental) |`, `| ---: | ---: | ${names.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
-      for (const spike of s.spikes) {
-        const p = spike.pauses;
-        const gc = p ? ['major', 'minor', 'incremental'].map((kind) => p.gatewayGcMs[kind] ?? 0).join(' / ') : '–';
-        lines.push(`| ${spike.second} | ${spike.p99Ms} | ${names.map((n) => spike.cpuPct[n] ?? '–').join(' | ')} | ${p?.gatewayLoopMaxMs ?? '–'} | ${p?.generatorLoopMaxMs ?? '–'} | ${gc} |`);
-      }
-      lines.push('');
-    }
-  }
+  if (report.soak) renderSoak(lines, report.soak, 'Soak: paid Redis calls', true);
+  if (report.soakBaseline) renderSoak(lines, report.soakBaseline, "Soak baseline (not a target): the bare proxy, free calls, at the soak's rate, under the same rule", false);
   return lines.join('\n');
+}
+
+/**
+ * A soak's lines: its summary, per-minute windows and spike seconds. A gateway's seconds also carry
+ * its heap and stalls (its /metrics); the bare proxy has no /metrics, so its carry CPU and RSS only.
+ */
+function renderSoak(lines: string[], s: SoakReport, title: string, fromMetrics: boolean): void {
+  const heap = fromMetrics ? `, heap growth ${s.heapGrowthPct}%` : '';
+  lines.push(`${title} at ${s.rate} req/s for ${s.minutes} min — RSS growth ${s.rssGrowthPct}%${heap}, p99 drift ${s.p99DriftMs} ms, non-2xx+errors ${s.non2xx + s.errors}; per-second p99: median ${s.medianSecondP99Ms} ms, worst ${s.worstSecondP99Ms} ms, ${s.spikeSeconds} seconds over ${TARGETS.soakSpikeFactor}× the median.`, '');
+  lines.push(`CPU over the soak (% of one core): ${Object.entries(s.cpuPct).map(([name, pct]) => `${name} ${pct}`).join(', ')}.`, '');
+  lines.push(`| minute | requests | p50 ms | p99 ms | RSS MB |${fromMetrics ? ' heap used MB |' : ''}`, `| ---: | ---: | ---: | ---: | ---: |${fromMetrics ? ' ---: |' : ''}`);
+  for (const w of s.windows) lines.push(`| ${w.minute} | ${w.requests} | ${w.p50} | ${w.p99} | ${w.rssMB} |${fromMetrics ? ` ${w.heapUsedMB} |` : ''}`);
+  lines.push('');
+  if (s.spikes.length === 0) return;
+  const names = Object.keys(s.cpuPct);
+  const cpu = "each process's CPU in that second (% of one core; 100 = a saturated core)";
+  if (!fromMetrics) {
+    lines.push(`Seconds over ${TARGETS.soakSpikeFactor}× the median p99, with ${cpu}:`, '');
+    lines.push(`| second | p99 ms | ${names.join(' | ')} |`, `| ---: | ---: | ${names.map(() => '---:').join(' | ')} |`);
+    for (const spike of s.spikes) lines.push(`| ${spike.second} | ${spike.p99Ms} | ${names.map((n) => spike.cpuPct[n] ?? '–').join(' | ')} |`);
+    lines.push('');
+    return;
+  }
+  lines.push(
+    `Seconds over ${TARGETS.soakSpikeFactor}× the median p99, with ${cpu} and its stalls: the longest event-loop delay of the gateway (its /metrics, scraped each second) and of the generator, and the gateway's GC time in that second by kind. Seconds with a stall of ≥ ${SOAK_PAUSE_MS} ms: ${s.pausedSeconds.all}, of them spikes ${s.pausedSeconds.spikes}; with ≥ ${SOAK_PAUSE_MS} ms of gateway GC: ${s.pausedSeconds.byGatewayGc}.`,
+    '',
+  );
+  lines.push(`| second | p99 ms | ${names.join(' | ')} | gateway loop max ms | generator loop max ms | gateway GC ms (major / minor / incremental) |`, `| ---: | ---: | ${names.map(() => '---:').join(' | ')} | ---: | ---: | ---: |`);
+  for (const spike of s.spikes) {
+    const p = spike.pauses;
+    const gc = p ? ['major', 'minor', 'incremental'].map((kind) => p.gatewayGcMs[kind] ?? 0).join(' / ') : '–';
+    lines.push(`| ${spike.second} | ${spike.p99Ms} | ${names.map((n) => spike.cpuPct[n] ?? '–').join(' | ')} | ${p?.gatewayLoopMaxMs ?? '–'} | ${p?.generatorLoopMaxMs ?? '–'} | ${gc} |`);
+  }
+  lines.push('');
 }
 
 function writeMarkdown(report: BenchReport): void {

@@ -40,6 +40,17 @@ await measure('reserve + commit (spend entry, hash chain)', async (i) => {
   await store.commit(handleHash, `b${i}`, 'tool');
 });
 process.stdout.write(`  spend entries' chain links so far, by who hashed the entry before: ${JSON.stringify(store.ledgerLinks())}\n`);
+// The budget folded into the credit's own scripts (standalone and Sentinel): what a budget adds to
+// each paid call's Redis time, against "reserve + commit" above.
+const budget = { name: 'budget:daily', subject: `h:${handleHash}`, windowMs: 86_400_000, windowStart: 0, calls: 1, credits: 1, maxCalls: 1_000_000_000, maxCredits: 1_000_000_000 };
+await measure('reserve + commit with a budget in them', async (i) => {
+  await store.reserve({ ...request(`d${i}`), quotas: { holdId: `d${i}`, draws: [budget], deadline: Date.now() + 60_000 } });
+  await store.commit(handleHash, `d${i}`, 'tool', undefined, { holdId: `d${i}`, counters: [budget] });
+});
+await measure('reserve + commit (again, after the budget case)', async (i) => {
+  await store.reserve(request(`e${i}`));
+  await store.commit(handleHash, `e${i}`, 'tool');
+});
 const counter = { name: 'budget:b', subject: 'p:alice', windowMs: 86_400_000, windowStart: 0, calls: 1, credits: 1, maxCalls: null, maxCredits: null };
 await measure('reserveQuotas + concludeQuotas (a budget)', async (i) => {
   await store.reserveQuotas({ holdId: `q${i}`, draws: [counter], deadline: Date.now() + 60_000 });

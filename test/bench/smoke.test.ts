@@ -14,7 +14,7 @@ t.test('a short bench run writes a results JSON covering every scenario', async 
   t.setTimeout(180_000); // ~15 s on an idle 2-core machine; process start-up dominates under load
   const out = mkdtempSync(join(tmpdir(), 'tb-bench-smoke-'));
   t.teardown(() => rmSync(out, { recursive: true, force: true }));
-  const args = ['--import', 'tsx', 'bench/run.ts', '--duration', '0.4', '--warmup', '0', '--connections', '4', '--sse-samples', '5', '--soak', '0.05', '--soak-rate', '50', '--production-handles', '4', '--no-pin', '--no-markdown', '--out', out];
+  const args = ['--import', 'tsx', 'bench/run.ts', '--duration', '0.4', '--warmup', '0', '--connections', '4', '--sse-samples', '5', '--soak', '0.05', '--soak-rate', '50', '--soak-baseline', '--production-handles', '4', '--no-pin', '--no-markdown', '--out', out];
   const child = spawn(process.execPath, args, { cwd: join(import.meta.dirname, '../..'), env: { ...process.env, NODE_OPTIONS: '' }, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
@@ -30,6 +30,8 @@ t.test('a short bench run writes a results JSON covering every scenario', async 
     addedLatencyMs: Record<string, unknown>;
     sse: { results: Record<string, { p50: number }> };
     soak: { windows: unknown[]; medianSecondP99Ms: number; cpuPct: Record<string, number> };
+    soakBaseline: { windows: unknown[]; medianSecondP99Ms: number; cpuPct: Record<string, number> };
+    withinCapacity: { name: string; rate: number; addedMs: { p50: number }; failures: number }[];
     tracing: { spans: number; exportRequests: number };
     targets: { id: string; status: string }[];
     profileHints: Record<string, string[]>;
@@ -49,6 +51,11 @@ t.test('a short bench run writes a results JSON covering every scenario', async 
   t.ok(report.soak.windows.length > 0, 'soak windows reported');
   t.ok(report.soak.medianSecondP99Ms > 0, 'per-second p99s computed');
   t.same(Object.keys(report.soak.cpuPct), ['gateway', 'redis', 'origin', 'generator'], 'per-process CPU over the soak');
+  t.same(Object.keys(report.soakBaseline.cpuPct), ['bare-proxy', 'redis', 'origin', 'generator'], 'the baseline soak ran through the bare proxy');
+  t.ok(report.soakBaseline.windows.length > 0 && report.soakBaseline.medianSecondP99Ms > 0, 'the baseline soak measured its seconds');
+  const gateways = ran.filter((name) => name.startsWith('gateway') && name !== 'gateway-production');
+  t.same(report.withinCapacity.map((r) => r.name), gateways, 'each gateway paced within its own capacity, beside the bare proxy');
+  for (const r of report.withinCapacity) t.ok(r.rate >= 10 && Number.isFinite(r.addedMs.p50) && r.failures === 0, `${r.name}: a pair at ${r.rate}/s`);
   t.ok(report.tracing.spans > 0 && report.tracing.exportRequests > 0, 'the traced gateway exported spans to the sink');
   t.equal(report.targets.length, 15, 'every issue-31 target evaluated');
   t.ok(report.targets.every((r) => ['met', 'missed', 'not measured'].includes(r.status)), 'each with a status');
