@@ -724,8 +724,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       const direct = byName(results, 'direct');
       for (const row of results) {
         if (!direct || row.name === 'direct') continue;
-        const delta = (k: 'p50' | 'p99' | 'p999'): number => Math.round((row.latencyMs[k] - direct.latencyMs[k]) * 1000) / 1000;
-        report.addedLatencyMs[row.name] = { p50: delta('p50'), p99: delta('p99'), p999: delta('p999') };
+        report.addedLatencyMs[row.name] = addedLatency(row.latencyMs, direct.latencyMs);
       }
     }
 
@@ -740,8 +739,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
         const pair = { durationS: options.durationS, connections: 16, rate };
         const bareRun = await runScenario(env, await use('bare'), bareScenario, pair);
         const gatewayRun = await runScenario(env, sut, scenario, pair);
-        const delta = (k: 'p50' | 'p99' | 'p999'): number => Math.round((gatewayRun.latencyMs[k] - bareRun.latencyMs[k]) * 1000) / 1000;
-        report.withinCapacity.push({ name: row.name, rate, bare: bareRun.latencyMs, gateway: gatewayRun.latencyMs, addedMs: { p50: delta('p50'), p99: delta('p99'), p999: delta('p999') }, failures: gatewayRun.non2xx + gatewayRun.errors });
+        report.withinCapacity.push({ name: row.name, rate, bare: bareRun.latencyMs, gateway: gatewayRun.latencyMs, addedMs: addedLatency(gatewayRun.latencyMs, bareRun.latencyMs), failures: gatewayRun.non2xx + gatewayRun.errors });
       }
     }
 
@@ -823,6 +821,12 @@ async function startOtlpSink(): Promise<OtlpSink> {
   sink.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   sink.close = () => new Promise<void>((resolve) => server.close(() => resolve()));
   return sink;
+}
+
+/** What `row` adds over `reference` at p50, p99 and p99.9 (ms, to the µs). */
+function addedLatency(row: LoadResult['latencyMs'], reference: LoadResult['latencyMs']): { p50: number; p99: number; p999: number } {
+  const delta = (k: 'p50' | 'p99' | 'p999'): number => Math.round((row[k] - reference[k]) * 1000) / 1000;
+  return { p50: delta('p50'), p99: delta('p99'), p999: delta('p999') };
 }
 
 async function soak(env: Environment, sut: ServerUnderTest, rate: number, minutes: number): Promise<SoakReport> {

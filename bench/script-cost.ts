@@ -35,10 +35,12 @@ await measure('reserve + release (no ledger entry)', async (i) => {
   await store.reserve(request(`a${i}`));
   await store.release(handleHash, `a${i}`);
 });
-await measure('reserve + commit (spend entry, hash chain)', async (i) => {
-  await store.reserve(request(`b${i}`));
-  await store.commit(handleHash, `b${i}`, 'tool');
-});
+/** One paid call's two scripts, no budget. */
+async function spend(id: string): Promise<void> {
+  await store.reserve(request(id));
+  await store.commit(handleHash, id, 'tool');
+}
+await measure('reserve + commit (spend entry, hash chain)', (i) => spend(`b${i}`));
 process.stdout.write(`  spend entries' chain links so far, by who hashed the entry before: ${JSON.stringify(store.ledgerLinks())}\n`);
 // The budget folded into the credit's own scripts (standalone and Sentinel): what a budget adds to
 // each paid call's Redis time, against "reserve + commit" above.
@@ -47,10 +49,7 @@ await measure('reserve + commit with a budget in them', async (i) => {
   await store.reserve({ ...request(`d${i}`), quotas: { holdId: `d${i}`, draws: [budget], deadline: Date.now() + 60_000 } });
   await store.commit(handleHash, `d${i}`, 'tool', undefined, { holdId: `d${i}`, counters: [budget] });
 });
-await measure('reserve + commit (again, after the budget case)', async (i) => {
-  await store.reserve(request(`e${i}`));
-  await store.commit(handleHash, `e${i}`, 'tool');
-});
+await measure('reserve + commit (again, after the budget case)', (i) => spend(`e${i}`));
 const counter = { name: 'budget:b', subject: 'p:alice', windowMs: 86_400_000, windowStart: 0, calls: 1, credits: 1, maxCalls: null, maxCredits: null };
 await measure('reserveQuotas + concludeQuotas (a budget)', async (i) => {
   await store.reserveQuotas({ holdId: `q${i}`, draws: [counter], deadline: Date.now() + 60_000 });
